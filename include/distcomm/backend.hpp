@@ -1,0 +1,92 @@
+// The contract between strategies and transports. A backend B is a movable type with:
+//
+//   static constexpr const char* name;                      // "local", "mpi", ...
+//   int rank() const;  int size() const;
+//   [[nodiscard]] B::request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
+//   [[nodiscard]] B::request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+//   void abort(const std::string& reason) noexcept;        // fail every pending and future wait
+//
+// and B::request is a movable RAII handle with `bool test()` and `void wait(deadline)`.
+// Rules every backend keeps (strategies rely on them; docs/ARCHITECTURE.md explains why):
+//  * messages from one sender to one receiver with the same tag match in the order they were
+//    posted (MPI's non-overtaking rule);
+//  * a receive whose size differs from the matching send fails with mismatch_error (no truncation);
+//  * wait() past its deadline throws timeout_error naming the peer, the tag and the bytes;
+//  * destroying an incomplete request cancels it: once the destructor returns, the transport no
+//    longer touches the buffer.
+// A backend may also offer native collectives, detected at compile time (has_native_* below).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/reduce_op.hpp"
+
+namespace distcomm {
+
+using clock = std::chrono::steady_clock;
+using deadline = clock::time_point;
+using tag_t = std::uint32_t;
+
+// deadline_after(seconds) saturates instead of overflowing for very long timeouts.
+inline deadline deadline_after(std::chrono::duration<double> timeout) {
+  const auto max_left = std::chrono::duration<double>(deadline::max() - clock::now());
+  if (timeout >= max_left) return deadline::max();
+  return clock::now() + std::chrono::duration_cast<clock::duration>(timeout);
+}
+
+namespace detail {
+
+template <class, class = void>
+struct has_native_allreduce : std::false_type {};
+template <class B>
+struct has_native_allreduce<
+    B, std::void_t<decltype(std::declval<B&>().native_allreduce(
+           std::declval<const void*>(), std::declval<void*>(), std::size_t{}, dtype{},
+           reduce_op{}, deadline{}))>> : std::true_type {};
+
+template <class, class = void>
+struct has_native_reduce_scatter : std::false_type {};
+template <class B>
+struct has_native_reduce_scatter<
+    B, std::void_t<decltype(std::declval<B&>().native_reduce_scatter(
+           std::declval<const void*>(), std::declval<void*>(), std::size_t{}, dtype{},
+           reduce_op{}, deadline{}))>> : std::true_type {};
+
+template <class, class = void>
+struct has_native_allgather : std::false_type {};
+template <class B>
+struct has_native_allgather<B, std::void_t<decltype(std::declval<B&>().native_allgather(
+                                   std::declval<const void*>(), std::declval<void*>(),
+                                   std::size_t{}, dtype{}, deadline{}))>> : std::true_type {};
+
+template <class, class = void>
+struct has_native_broadcast : std::false_type {};
+template <class B>
+struct has_native_broadcast<B, std::void_t<decltype(std::declval<B&>().native_broadcast(
+                                   std::declval<void*>(), std::size_t{}, dtype{}, int{},
+                                   deadline{}))>> : std::true_type {};
+
+template <class, class = void>
+struct has_native_barrier : std::false_type {};
+template <class B>
+struct has_native_barrier<B, std::void_t<decltype(std::declval<B&>().native_barrier(deadline{}))>>
+    : std::true_type {};
+
+template <class, class = void>
+struct native_is_deterministic : std::false_type {};
+template <class B>
+struct native_is_deterministic<B, std::enable_if_t<B::native_is_deterministic>> : std::true_type {};
+
+}  // namespace detail
+
+// True when backend B has its own allreduce (strategy::native requires it).
+template <class B>
+inline constexpr bool has_native_allreduce_v = detail::has_native_allreduce<B>::value;
+
+}  // namespace distcomm

@@ -1,0 +1,180 @@
+// communicator<Backend, Strategy, Fusion>: the one entry point an application uses. It validates
+// every call, gives it a deadline (DISTCOMM_TIMEOUT), and runs it through the strategy (which
+// algorithm) over the backend (which transport); grouped allreduces go through the fusion policy.
+// After a collective fails on a transport, the communicator aborts the backend (so the other
+// ranks fail fast too) and refuses further calls.
+#pragma once
+
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/config.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/span.hpp"
+#include "distcomm/core/tensor_view.hpp"
+#include "distcomm/fusion/buffer.hpp"
+#include "distcomm/strategy/automatic.hpp"
+
+namespace distcomm {
+
+template <class Backend, class Strategy = strategy::automatic, class Fusion = fusion::buffer>
+class communicator {
+ public:
+  using backend_type = Backend;
+  using strategy_type = Strategy;
+  using fusion_type = Fusion;
+
+  explicit communicator(Backend backend, config cfg = config::from_env())
+      : backend_(std::move(backend)), config_(std::move(cfg)), strategy_(config_),
+        fusion_(config_) {}
+
+  int rank() const { return backend_.rank(); }
+  int size() const { return backend_.size(); }
+  Backend& backend() noexcept { return backend_; }
+  const config& settings() const noexcept { return config_; }
+  Strategy& strategy() noexcept { return strategy_; }
+
+  // In place: every rank's `data` becomes the reduction of all ranks' `data`.
+  void allreduce(tensor_view data, reduce_op op = reduce_op::sum) { allreduce(data, data, op); }
+
+  // Out of place: `out` becomes the reduction of every rank's `in`. `in` is only read.
+  void allreduce(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
+    check_tensor("allreduce input", in);
+    check_tensor("allreduce output", out);
+    check_op(op);
+    check_same("allreduce", out, in, in.count);
+    if (in.count == 0) return;
+    guarded("allreduce", [&](deadline until) {
+      strategy_.allreduce(backend_, in.data, out.data, in.count, in.type, op, until);
+    });
+  }
+
+  // Grouped allreduce of a whole gradient set, in place, fused by the Fusion policy.
+  void allreduce(span<const tensor_view> tensors, reduce_op op = reduce_op::sum) {
+    for (const tensor_view& t : tensors) check_tensor("grouped allreduce tensor", t);
+    check_op(op);
+    guarded("grouped allreduce", [&](deadline until) {
+      fusion_.allreduce(tensors, op,
+                        [&](const void* in, void* out, std::size_t count, dtype t, reduce_op o) {
+                          strategy_.allreduce(backend_, in, out, count, t, o, until);
+                        });
+    });
+  }
+
+  // `in` holds size() blocks of out.count elements; rank r receives the reduction of block r.
+  void reduce_scatter(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
+    check_tensor("reduce_scatter input", in);
+    check_tensor("reduce_scatter output", out);
+    check_op(op);
+    check_same("reduce_scatter", in, out, checked_mul(out.count, "reduce_scatter"));
+    if (out.count == 0) return;
+    guarded("reduce_scatter", [&](deadline until) {
+      strategy_.reduce_scatter(backend_, in.data, out.data, out.count, in.type, op, until);
+    });
+  }
+
+  // `out` holds size() blocks of in.count elements, block r from rank r.
+  void allgather(tensor_view in, tensor_view out) {
+    check_tensor("allgather input", in);
+    check_tensor("allgather output", out);
+    check_same("allgather", out, in, checked_mul(in.count, "allgather"));
+    if (in.count == 0) return;
+    guarded("allgather", [&](deadline until) {
+      strategy_.allgather(backend_, in.data, out.data, in.count, in.type, until);
+    });
+  }
+
+  // Every rank's `data` becomes root's `data`.
+  void broadcast(tensor_view data, int root) {
+    check_tensor("broadcast buffer", data);
+    if (root < 0 || root >= size()) {
+      throw invalid_argument_error("broadcast: root " + std::to_string(root) +
+                                   " is not a rank (world size " + std::to_string(size()) + ")");
+    }
+    if (data.count == 0) return;
+    guarded("broadcast",
+            [&](deadline until) { strategy_.broadcast(backend_, data.data, data.count, data.type, root, until); });
+  }
+
+  void barrier() {
+    guarded("barrier", [&](deadline until) { strategy_.barrier(backend_, until); });
+  }
+
+ private:
+  template <class F>
+  void guarded(const char* what, F&& body) {
+    if (!failure_.empty()) {
+      throw error(std::string(what) + ": this communicator is unusable since an earlier "
+                  "collective failed: " + failure_);
+    }
+    try {
+      body(deadline_after(config_.timeout));
+    } catch (const invalid_argument_error&) {
+      throw;  // a bad call on this rank leaves the transport untouched
+    } catch (const std::exception& e) {
+      failure_ = std::string(what) + ": " + e.what();
+      backend_.abort(failure_);
+      throw;
+    }
+  }
+
+  static void check_tensor(const char* what, const tensor_view& t) {
+    if (!is_valid(t.type)) {
+      throw invalid_argument_error(std::string(what) + ": invalid dtype value " +
+                                   std::to_string(static_cast<int>(t.type)));
+    }
+    if (t.data == nullptr && t.count != 0) {
+      throw invalid_argument_error(std::string(what) + ": data is null but count is " +
+                                   std::to_string(t.count));
+    }
+    if (t.count > std::numeric_limits<std::size_t>::max() / dtype_size(t.type)) {
+      throw invalid_argument_error(std::string(what) + ": " + std::to_string(t.count) +
+                                   " elements of " + to_string(t.type) +
+                                   " overflow the address space");
+    }
+    if (t.memory != memory_kind::host) {
+      throw invalid_argument_error(std::string(what) + ": tensor in " + to_string(t.memory) +
+                                   " memory, but backend '" + Backend::name +
+                                   "' moves host memory only");
+    }
+  }
+
+  static void check_op(reduce_op op) {
+    if (!is_valid(op)) {
+      throw invalid_argument_error("invalid reduce_op value " +
+                                   std::to_string(static_cast<int>(op)));
+    }
+  }
+
+  // `big` must have `big_count` elements and the dtype of `small`.
+  static void check_same(const char* what, const tensor_view& big, const tensor_view& small,
+                         std::size_t big_count) {
+    if (big.type != small.type) {
+      throw invalid_argument_error(std::string(what) + ": input is " + to_string(big.type) +
+                                   " but output is " + to_string(small.type));
+    }
+    if (big.count != big_count) {
+      throw invalid_argument_error(std::string(what) + ": expected " + std::to_string(big_count) +
+                                   " elements, got " + std::to_string(big.count));
+    }
+  }
+
+  std::size_t checked_mul(std::size_t count, const char* what) const {
+    const auto p = static_cast<std::size_t>(size());
+    if (count > std::numeric_limits<std::size_t>::max() / p) {
+      throw invalid_argument_error(std::string(what) + ": " + std::to_string(count) + " x " +
+                                   std::to_string(p) + " ranks overflows size_t");
+    }
+    return count * p;
+  }
+
+  Backend backend_;
+  config config_;
+  Strategy strategy_;
+  Fusion fusion_;
+  std::string failure_;
+};
+
+}  // namespace distcomm

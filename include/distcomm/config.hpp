@@ -1,0 +1,56 @@
+// The one typed configuration of DistComm. Every DISTCOMM_* variable the library reads is listed
+// in settings() and read here, in config::from_env, validated (garbage raises
+// invalid_argument_error naming the variable and the value) and printable with to_string().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distcomm/log.hpp"
+#include "distcomm/strategy/table.hpp"
+
+namespace distcomm {
+
+struct config {
+  // Deadline for every wait of one collective (DISTCOMM_TIMEOUT, seconds).
+  std::chrono::duration<double> timeout{300.0};
+  // Tensor Fusion buffer size in bytes; 0 disables fusion (DISTCOMM_FUSION_THRESHOLD).
+  std::size_t fusion_threshold = std::size_t{64} << 20;
+  // Pipelining unit of ring / tree / parameter server, bytes (DISTCOMM_SEGMENT_SIZE).
+  std::size_t segment_bytes = std::size_t{256} << 10;
+  // Server ranks of the parameter_server strategy; 0 means every rank (DISTCOMM_PS_SERVERS).
+  int ps_servers = 1;
+  // Per-size table of strategy::automatic; empty means the built-in table (DISTCOMM_ALGO).
+  algo_table algo;
+  // Reduce every element in rank order so results do not depend on strategy or fusion
+  // (DISTCOMM_DETERMINISTIC).
+  bool deterministic = false;
+  // Backend chosen by tools and plugins when none is named in code (DISTCOMM_BACKEND).
+  std::string backend;
+  // DISTCOMM_LOG.
+  log_level log = log_level::warn;
+
+  using env_lookup = std::function<const char*(const char*)>;
+
+  // Reads every DISTCOMM_* variable from the process environment.
+  static config from_env();
+  // Same, from any lookup (tests inject environments this way).
+  static config from_env(const env_lookup& getenv);
+
+  // One `NAME=value` line per setting, in settings() order.
+  std::string to_string() const;
+};
+
+// Documentation of every setting: name, default, meaning. The README table lists the same rows
+// (a test checks that it does).
+struct setting_info {
+  const char* name;
+  const char* default_value;
+  const char* description;
+};
+const std::vector<setting_info>& settings();
+
+}  // namespace distcomm

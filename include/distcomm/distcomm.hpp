@@ -1,0 +1,28 @@
+// DistComm umbrella header: core types, configuration, strategies, fusion, the communicator and
+// every backend this installation was built with.
+#pragma once
+
+#include "distcomm/backend.hpp"
+#include "distcomm/communicator.hpp"
+#include "distcomm/config.hpp"
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/half.hpp"
+#include "distcomm/core/partition.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/core/reduce_op.hpp"
+#include "distcomm/core/span.hpp"
+#include "distcomm/core/tensor_view.hpp"
+#include "distcomm/fusion/buffer.hpp"
+#include "distcomm/fusion/none.hpp"
+#include "distcomm/log.hpp"
+#include "distcomm/strategy/automatic.hpp"
+#include "distcomm/strategy/native.hpp"
+#include "distcomm/strategy/parameter_server.hpp"
+#include "distcomm/strategy/ring.hpp"
+#include "distcomm/strategy/table.hpp"
+#include "distcomm/strategy/tree.hpp"
+
+#if __has_include("distcomm/backends/local.hpp")
+#include "distcomm/backends/local.hpp"
+#endif

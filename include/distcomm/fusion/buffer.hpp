@@ -1,0 +1,80 @@
+// fusion::buffer: Tensor Fusion. The tensors of a grouped allreduce are grouped by dtype (in
+// dtype order, then call order) and packed into one reused buffer of up to `threshold` bytes
+// (DISTCOMM_FUSION_THRESHOLD, default 64 MiB); one collective runs per buffer, then the results
+// are copied back. A tensor at least as large as the threshold runs in place, unpacked; threshold
+// 0 disables fusion. avg needs no extra pass here: the strategy divides each reduced segment
+// while it is still in cache.
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "distcomm/config.hpp"
+#include "distcomm/core/reduce_op.hpp"
+#include "distcomm/core/span.hpp"
+#include "distcomm/core/tensor_view.hpp"
+#include "distcomm/strategy/detail.hpp"
+
+namespace distcomm::fusion {
+
+class buffer {
+ public:
+  static constexpr const char* name = "buffer";
+  explicit buffer(const config& c) : threshold_(c.fusion_threshold) {}
+  explicit buffer(std::size_t threshold_bytes) : threshold_(threshold_bytes) {}
+
+  std::size_t threshold() const noexcept { return threshold_; }
+  // Bytes currently held for packing (grows to at most the threshold, then is reused).
+  std::size_t capacity() const noexcept { return storage_.capacity(); }
+
+  // run(in, out, count, dtype, op) performs one allreduce.
+  template <class Run>
+  void allreduce(span<const tensor_view> tensors, reduce_op op, Run&& run) {
+    for (dtype t : all_dtypes) {
+      pending_.clear();
+      std::size_t pending_bytes = 0;
+      const auto flush = [&] {
+        if (pending_.empty()) return;
+        if (pending_.size() == 1) {  // nothing to fuse with: skip the copies
+          const tensor_view& v = *pending_.front();
+          run(v.data, v.data, v.count, t, op);
+        } else {
+          unsigned char* packed = storage_.get(pending_bytes);
+          std::size_t offset = 0;
+          for (const tensor_view* v : pending_) {
+            std::memcpy(packed + offset, v->data, v->bytes());
+            offset += v->bytes();
+          }
+          run(packed, packed, pending_bytes / dtype_size(t), t, op);
+          offset = 0;
+          for (const tensor_view* v : pending_) {
+            std::memcpy(v->data, packed + offset, v->bytes());
+            offset += v->bytes();
+          }
+        }
+        pending_.clear();
+        pending_bytes = 0;
+      };
+      for (const tensor_view& v : tensors) {
+        if (v.type != t || v.count == 0) continue;
+        const std::size_t bytes = v.bytes();
+        if (bytes >= threshold_) {
+          flush();
+          run(v.data, v.data, v.count, t, op);
+          continue;
+        }
+        if (pending_bytes + bytes > threshold_) flush();
+        pending_.push_back(&v);
+        pending_bytes += bytes;
+      }
+      flush();
+    }
+  }
+
+ private:
+  std::size_t threshold_;
+  strategy::detail::scratch storage_;
+  std::vector<const tensor_view*> pending_;
+};
+
+}  // namespace distcomm::fusion

@@ -1,0 +1,410 @@
+// The point-to-point algorithms behind the strategies, written once against the backend contract
+// (backend.hpp). Type-specific arithmetic goes through combine / divide / fold, so these
+// templates depend on the backend only. Not part of the public API.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "distcomm/core/partition.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/strategy/detail.hpp"
+
+namespace distcomm::strategy::detail {
+
+// Arguments every reduction algorithm takes.
+struct reduce_args {
+  dtype type;
+  reduce_op op;
+  std::size_t seg;  // segment, elements
+  deadline until;
+};
+
+inline void copy_elems(void* dst, const void* src, std::size_t count, dtype t) {
+  if (count != 0 && dst != src) std::memcpy(dst, src, count * dtype_size(t));
+}
+
+inline void finish_avg(void* data, std::size_t count, const reduce_args& a, int p) {
+  if (a.op == reduce_op::avg && count != 0) {
+    divide(data, data, count, a.type, static_cast<std::size_t>(p));
+  }
+}
+
+// Ring reduce-scatter over the `count` elements of `in`, split by partition(count, p, .). Rank r
+// ends with the fully reduced chunk r in `owned`. Segmented and pipelined: a segment is forwarded
+// to the right neighbour as soon as it is reduced, while later segments are still arriving.
+// At step s rank r sends chunk r-s-1 and receives chunk r-s-2, so the last chunk it reduces is r.
+template <class B>
+void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count,
+                         const reduce_args& a, scratch& s) {
+  using request = typename B::request;
+  const int p = b.size();
+  const int r = b.rank();
+  const std::size_t es = dtype_size(a.type);
+  const auto pp = static_cast<std::size_t>(p);
+  if (p == 1) {
+    copy_elems(owned, in, count, a.type);
+    return;
+  }
+  const int right = mod(r + 1, p);
+  const int left = mod(r - 1, p);
+  const std::size_t max_chunk = partition(count, pp, 0).count;
+  unsigned char* buf[2];
+  buf[0] = s.get(2 * max_chunk * es + 1);
+  buf[1] = buf[0] + max_chunk * es;
+  const auto chunk = [&](int c) { return partition(count, pp, static_cast<std::size_t>(mod(c, p))); };
+  const auto len = [&](const block& c, std::size_t k) { return std::min(a.seg, c.count - k * a.seg); };
+
+  std::vector<request> recvs, next_recvs, sends, next_sends;
+  const block first_recv = chunk(r - 2);
+  for (std::size_t k = 0; k < segments_of(first_recv.count, a.seg); ++k) {
+    recvs.push_back(b.irecv(buf[0] + k * a.seg * es, len(first_recv, k) * es, left,
+                            tag_ring_reduce_scatter));
+  }
+  const block first_send = chunk(r - 1);
+  for (std::size_t k = 0; k < segments_of(first_send.count, a.seg); ++k) {
+    sends.push_back(b.isend(bytes_at(in, first_send.begin + k * a.seg, es),
+                            len(first_send, k) * es, right, tag_ring_reduce_scatter));
+  }
+  const int steps = p - 1;
+  for (int st = 0; st < steps; ++st) {
+    const bool last = st == steps - 1;
+    const block c = chunk(r - st - 2);
+    const block nc = last ? block{} : chunk(r - st - 3);
+    unsigned char* rb = buf[st % 2];
+    unsigned char* nb = buf[(st + 1) % 2];
+    const std::size_t n_this = segments_of(c.count, a.seg);
+    const std::size_t n_next = segments_of(nc.count, a.seg);
+    // The next step receives into nb, which this step's sends (posted one step earlier) may
+    // still be reading: wait for the send of the same segment first.
+    const auto post_next_recv = [&](std::size_t k) {
+      if (k < sends.size()) sends[k].wait(a.until);
+      next_recvs.push_back(b.irecv(nb + k * a.seg * es, len(nc, k) * es, left,
+                                   tag_ring_reduce_scatter));
+    };
+    for (std::size_t k = 0; k < n_this; ++k) {
+      const std::size_t n = len(c, k);
+      recvs[k].wait(a.until);
+      unsigned char* acc = last ? bytes_at(owned, k * a.seg, es) : rb + k * a.seg * es;
+      combine(acc, bytes_at(in, c.begin + k * a.seg, es), rb + k * a.seg * es, n, a.type, a.op);
+      if (last) {
+        finish_avg(acc, n, a, p);
+        continue;
+      }
+      next_sends.push_back(b.isend(acc, n * es, right, tag_ring_reduce_scatter));
+      if (k < n_next) post_next_recv(k);
+    }
+    for (std::size_t k = n_this; k < n_next; ++k) post_next_recv(k);
+    wait_all(sends, a.until);
+    recvs.clear();
+    sends.swap(next_sends);
+    recvs.swap(next_recvs);
+  }
+  wait_all(sends, a.until);
+}
+
+// Ring allgather in place: on entry chunk r of `out` (partition(count, p, r)) holds this rank's
+// block; on return every chunk does. All receives target distinct chunks, so they are posted up
+// front and each segment is forwarded as soon as it lands.
+template <class B>
+void ring_allgather(B& b, void* out, std::size_t count, dtype t, std::size_t seg,
+                    deadline until) {
+  using request = typename B::request;
+  const int p = b.size();
+  const int r = b.rank();
+  if (p == 1) return;
+  const std::size_t es = dtype_size(t);
+  const auto pp = static_cast<std::size_t>(p);
+  const int right = mod(r + 1, p);
+  const int left = mod(r - 1, p);
+  const auto chunk = [&](int c) { return partition(count, pp, static_cast<std::size_t>(mod(c, p))); };
+  const auto len = [&](const block& c, std::size_t k) { return std::min(seg, c.count - k * seg); };
+
+  std::vector<request> recvs, sends;
+  for (int st = 0; st < p - 1; ++st) {
+    const block c = chunk(r - st - 1);
+    for (std::size_t k = 0; k < segments_of(c.count, seg); ++k) {
+      recvs.push_back(
+          b.irecv(bytes_at(out, c.begin + k * seg, es), len(c, k) * es, left, tag_ring_allgather));
+    }
+  }
+  const block own = chunk(r);
+  for (std::size_t k = 0; k < segments_of(own.count, seg); ++k) {
+    sends.push_back(
+        b.isend(bytes_at(out, own.begin + k * seg, es), len(own, k) * es, right, tag_ring_allgather));
+  }
+  std::size_t next = 0;  // index into recvs
+  for (int st = 0; st < p - 1; ++st) {
+    const block c = chunk(r - st - 1);
+    const bool forward = st < p - 2;  // the last chunk received has gone all the way round
+    for (std::size_t k = 0; k < segments_of(c.count, seg); ++k) {
+      recvs[next++].wait(until);
+      if (forward) {
+        sends.push_back(b.isend(bytes_at(out, c.begin + k * seg, es), len(c, k) * es, right,
+                                tag_ring_allgather));
+      }
+    }
+  }
+  recvs.clear();
+  wait_all(sends, until);
+}
+
+// Reduce-scatter in which chunk r is reduced by rank r alone, in rank order (fold), from the
+// other ranks' chunks sent to it directly. Same bytes moved as the ring; p-1 peers per rank.
+// This is the reduction of deterministic mode: every strategy produces the same bits with it.
+template <class B>
+void ordered_reduce_scatter(B& b, const void* in, void* owned, std::size_t count,
+                            const reduce_args& a, scratch& s) {
+  using request = typename B::request;
+  const int p = b.size();
+  const int r = b.rank();
+  const std::size_t es = dtype_size(a.type);
+  const auto pp = static_cast<std::size_t>(p);
+  const block mine = partition(count, pp, static_cast<std::size_t>(r));
+  if (p == 1) {
+    copy_elems(owned, in, count, a.type);
+    return;
+  }
+  const auto len = [&](const block& c, std::size_t k) { return std::min(a.seg, c.count - k * a.seg); };
+  std::vector<request> sends;
+  for (int d = 1; d < p; ++d) {
+    const int q = mod(r + d, p);
+    const block c = partition(count, pp, static_cast<std::size_t>(q));
+    for (std::size_t k = 0; k < segments_of(c.count, a.seg); ++k) {
+      sends.push_back(b.isend(bytes_at(in, c.begin + k * a.seg, es), len(c, k) * es, q, tag_ordered));
+    }
+  }
+  // Two slots per peer: segment k+2 lands while segment k is folded.
+  const std::size_t slot_bytes = a.seg * es;
+  unsigned char* slots = s.get(2 * pp * slot_bytes + 1);
+  const auto slot = [&](std::size_t k, int q) {
+    return slots + ((k % 2) * pp + static_cast<std::size_t>(q)) * slot_bytes;
+  };
+  const std::size_t nseg = segments_of(mine.count, a.seg);
+  std::vector<request> recvs[2];
+  const auto post = [&](std::size_t k) {
+    for (int q = 0; q < p; ++q) {
+      if (q != r) recvs[k % 2].push_back(b.irecv(slot(k, q), len(mine, k) * es, q, tag_ordered));
+    }
+  };
+  for (std::size_t k = 0; k < std::min<std::size_t>(2, nseg); ++k) post(k);
+  std::vector<const void*> inputs(pp);
+  for (std::size_t k = 0; k < nseg; ++k) {
+    const std::size_t n = len(mine, k);
+    wait_all(recvs[k % 2], a.until);
+    for (int q = 0; q < p; ++q) {
+      inputs[static_cast<std::size_t>(q)] =
+          q == r ? static_cast<const void*>(bytes_at(in, mine.begin + k * a.seg, es)) : slot(k, q);
+    }
+    unsigned char* dst = bytes_at(owned, k * a.seg, es);
+    fold(dst, inputs.data(), pp, n, a.type, a.op);
+    finish_avg(dst, n, a, p);
+    if (k + 2 < nseg) post(k + 2);
+  }
+  wait_all(sends, a.until);
+}
+
+// Pipelined binary tree: segments are reduced up to rank 0 (each node combines its own data with
+// its children's, in that order), then broadcast down. Rank 0's result is copied to everyone, so
+// all ranks hold the same bits.
+template <class B>
+void tree_allreduce(B& b, const void* in, void* out, std::size_t count, const reduce_args& a,
+                    scratch& s) {
+  using request = typename B::request;
+  const int p = b.size();
+  const int r = b.rank();
+  const std::size_t es = dtype_size(a.type);
+  if (p == 1 || count == 0) {
+    copy_elems(out, in, count, a.type);
+    return;
+  }
+  const int parent = (r - 1) / 2;
+  int kids[2];
+  int nk = 0;
+  for (int c = 2 * r + 1; c <= 2 * r + 2; ++c) {
+    if (c < p) kids[nk++] = c;
+  }
+  const std::size_t nseg = segments_of(count, a.seg);
+  const auto len = [&](std::size_t k) { return std::min(a.seg, count - k * a.seg); };
+  const std::size_t slot_bytes = a.seg * es;
+  unsigned char* slots = s.get(4 * slot_bytes + 1);
+  const auto slot = [&](std::size_t k, int i) {
+    return slots + ((k % 2) * 2 + static_cast<std::size_t>(i)) * slot_bytes;
+  };
+  std::vector<request> recvs[2];
+  const auto post = [&](std::size_t k) {
+    for (int i = 0; i < nk; ++i) {
+      recvs[k % 2].push_back(b.irecv(slot(k, i), len(k) * es, kids[i], tag_tree_up));
+    }
+  };
+  for (std::size_t k = 0; k < std::min<std::size_t>(2, nseg); ++k) post(k);
+
+  std::vector<request> sends;
+  for (std::size_t k = 0; k < nseg; ++k) {
+    const std::size_t n = len(k);
+    const unsigned char* src = bytes_at(in, k * a.seg, es);
+    unsigned char* dst = bytes_at(out, k * a.seg, es);
+    if (nk == 0) {  // a leaf forwards its input untouched
+      sends.push_back(b.isend(src, n * es, parent, tag_tree_up));
+      continue;
+    }
+    recvs[k % 2][0].wait(a.until);
+    combine(dst, src, slot(k, 0), n, a.type, a.op);
+    if (nk == 2) {
+      recvs[k % 2][1].wait(a.until);
+      combine(dst, dst, slot(k, 1), n, a.type, a.op);
+    }
+    recvs[k % 2].clear();
+    if (k + 2 < nseg) post(k + 2);
+    if (r == 0) {
+      finish_avg(dst, n, a, p);
+    } else {
+      sends.push_back(b.isend(dst, n * es, parent, tag_tree_up));
+    }
+  }
+  wait_all(sends, a.until);  // the buffers we sent up are about to be overwritten
+
+  std::vector<request> down;
+  if (r != 0) {
+    for (std::size_t k = 0; k < nseg; ++k) {
+      down.push_back(b.irecv(bytes_at(out, k * a.seg, es), len(k) * es, parent, tag_tree_down));
+    }
+  }
+  for (std::size_t k = 0; k < nseg; ++k) {
+    if (r != 0) down[k].wait(a.until);
+    for (int i = 0; i < nk; ++i) {
+      sends.push_back(b.isend(bytes_at(out, k * a.seg, es), len(k) * es, kids[i], tag_tree_down));
+    }
+  }
+  down.clear();
+  wait_all(sends, a.until);
+}
+
+// Pipelined binary-tree broadcast from `root` (ranks renumbered so the root is 0).
+template <class B>
+void tree_broadcast(B& b, void* data, std::size_t count, dtype t, int root, std::size_t seg,
+                    deadline until) {
+  using request = typename B::request;
+  const int p = b.size();
+  if (p == 1 || count == 0) return;
+  const std::size_t es = dtype_size(t);
+  const int vr = mod(b.rank() - root, p);
+  const int parent = mod((vr - 1) / 2 + root, p);
+  const std::size_t nseg = segments_of(count, seg);
+  const auto len = [&](std::size_t k) { return std::min(seg, count - k * seg); };
+  std::vector<request> recvs, sends;
+  if (vr != 0) {
+    for (std::size_t k = 0; k < nseg; ++k) {
+      recvs.push_back(b.irecv(bytes_at(data, k * seg, es), len(k) * es, parent, tag_broadcast));
+    }
+  }
+  for (std::size_t k = 0; k < nseg; ++k) {
+    if (vr != 0) recvs[k].wait(until);
+    for (int c = 2 * vr + 1; c <= 2 * vr + 2 && c < p; ++c) {
+      sends.push_back(
+          b.isend(bytes_at(data, k * seg, es), len(k) * es, mod(c + root, p), tag_broadcast));
+    }
+  }
+  recvs.clear();
+  wait_all(sends, until);
+}
+
+// Dissemination barrier: ceil(log2 p) rounds of one tiny message each way.
+template <class B>
+void dissemination_barrier(B& b, deadline until) {
+  const int p = b.size();
+  const int r = b.rank();
+  unsigned char token_out = 1;
+  unsigned char token_in = 0;
+  for (int d = 1; d < p; d *= 2) {
+    auto rr = b.irecv(&token_in, 1, mod(r - d, p), tag_barrier);
+    auto sr = b.isend(&token_out, 1, mod(r + d, p), tag_barrier);
+    rr.wait(until);
+    sr.wait(until);
+  }
+}
+
+// Parameter server with `k` server ranks (0 .. k-1): server j owns shard j (partition(count, k,
+// j)), receives that shard from every rank, reduces in rank order (fold) and sends the result
+// back. k = 1 is the classic single parameter server; k = p is fully sharded.
+template <class B>
+void ps_allreduce(B& b, const void* in, void* out, std::size_t count, int k, const reduce_args& a,
+                  scratch& s) {
+  using request = typename B::request;
+  const int p = b.size();
+  const int r = b.rank();
+  const std::size_t es = dtype_size(a.type);
+  const auto pp = static_cast<std::size_t>(p);
+  if (p == 1) {
+    copy_elems(out, in, count, a.type);
+    return;
+  }
+  const auto shard = [&](int j) {
+    return partition(count, static_cast<std::size_t>(k), static_cast<std::size_t>(j));
+  };
+  const auto len = [&](const block& c, std::size_t m) { return std::min(a.seg, c.count - m * a.seg); };
+
+  // 1. Push every shard this rank does not serve to its server. Posted before any wait, so no
+  //    server can be left waiting on a push that was never sent.
+  std::vector<request> pushes;
+  for (int j = 0; j < k; ++j) {
+    if (j == r) continue;
+    const block c = shard(j);
+    for (std::size_t m = 0; m < segments_of(c.count, a.seg); ++m) {
+      pushes.push_back(b.isend(bytes_at(in, c.begin + m * a.seg, es), len(c, m) * es, j, tag_ps_push));
+    }
+  }
+  // 2. Serve: reduce the own shard segment by segment and send each result back at once.
+  std::vector<request> results;
+  if (r < k) {
+    const block c = shard(r);
+    const std::size_t nseg = segments_of(c.count, a.seg);
+    const std::size_t slot_bytes = a.seg * es;
+    unsigned char* slots = s.get(2 * pp * slot_bytes + 1);
+    const auto slot = [&](std::size_t m, int q) {
+      return slots + ((m % 2) * pp + static_cast<std::size_t>(q)) * slot_bytes;
+    };
+    std::vector<request> recvs[2];
+    const auto post = [&](std::size_t m) {
+      for (int q = 0; q < p; ++q) {
+        if (q != r) recvs[m % 2].push_back(b.irecv(slot(m, q), len(c, m) * es, q, tag_ps_push));
+      }
+    };
+    for (std::size_t m = 0; m < std::min<std::size_t>(2, nseg); ++m) post(m);
+    std::vector<const void*> inputs(pp);
+    for (std::size_t m = 0; m < nseg; ++m) {
+      const std::size_t n = len(c, m);
+      wait_all(recvs[m % 2], a.until);
+      for (int q = 0; q < p; ++q) {
+        inputs[static_cast<std::size_t>(q)] =
+            q == r ? static_cast<const void*>(bytes_at(in, c.begin + m * a.seg, es)) : slot(m, q);
+      }
+      unsigned char* dst = bytes_at(out, c.begin + m * a.seg, es);
+      fold(dst, inputs.data(), pp, n, a.type, a.op);
+      finish_avg(dst, n, a, p);
+      if (m + 2 < nseg) post(m + 2);
+      for (int q = 0; q < p; ++q) {
+        if (q != r) results.push_back(b.isend(dst, n * es, q, tag_ps_pull));
+      }
+    }
+  }
+  // 3. Pull the reduced shards. A segment's result is received only after its push completed,
+  //    since in place the two share a buffer.
+  std::vector<request> pulls;
+  std::size_t pushed = 0;
+  for (int j = 0; j < k; ++j) {
+    if (j == r) continue;
+    const block c = shard(j);
+    for (std::size_t m = 0; m < segments_of(c.count, a.seg); ++m) {
+      pushes[pushed++].wait(a.until);
+      pulls.push_back(
+          b.irecv(bytes_at(out, c.begin + m * a.seg, es), len(c, m) * es, j, tag_ps_pull));
+    }
+  }
+  pushes.clear();
+  wait_all(pulls, a.until);
+  wait_all(results, a.until);
+}
+
+}  // namespace distcomm::strategy::detail

@@ -1,0 +1,97 @@
+// strategy::automatic: picks ring, tree, parameter_server or native per buffer size from a table.
+// The table is DISTCOMM_ALGO when set, else the backend's own `default_algo` when it declares
+// one, else builtin_table below. Sizes not covered by the table use ring.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/strategy/native.hpp"
+#include "distcomm/strategy/parameter_server.hpp"
+#include "distcomm/strategy/ring.hpp"
+#include "distcomm/strategy/tree.hpp"
+#include "distcomm/strategy/table.hpp"
+
+namespace distcomm::strategy {
+
+namespace detail {
+template <class, class = void>
+struct backend_default_algo {
+  static const char* get() { return nullptr; }
+};
+template <class B>
+struct backend_default_algo<B, std::void_t<decltype(B::default_algo)>> {
+  static const char* get() { return B::default_algo; }
+};
+}  // namespace detail
+
+class automatic : public p2p_base {
+ public:
+  static constexpr const char* name = "automatic";
+
+  // Tree below 64 KiB, ring above: the crossover of the two on the local backend, 2-8 ranks,
+  // measured with distcomm-bench-strategies (docs/ARCHITECTURE.md has the figures).
+  static constexpr const char* builtin_table = "tree:0-64K;ring:64K-max";
+
+  explicit automatic(const config& c)
+      : p2p_base(c), configured_(c.algo), ring_(c), tree_(c), ps_(c), native_(c) {}
+
+  // The algorithm this strategy uses for a buffer of `bytes` on backend B.
+  template <class B>
+  algorithm choose(std::size_t bytes) {
+    algorithm a = table<B>().pick(bytes, algorithm::ring);
+    if (a == algorithm::native && deterministic_ &&
+        !distcomm::detail::native_is_deterministic<B>::value) {
+      a = algorithm::ring;  // ring honours deterministic mode; this native would not
+    }
+    return a;
+  }
+
+  template <class B>
+  void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
+                 deadline until) {
+    switch (choose<B>(count * dtype_size(t))) {
+      case algorithm::tree:
+        return tree_.allreduce(b, in, out, count, t, op, until);
+      case algorithm::parameter_server:
+        return ps_.allreduce(b, in, out, count, t, op, until);
+      case algorithm::native:
+        if constexpr (has_native_allreduce_v<B>) {
+          return native_.allreduce(b, in, out, count, t, op, until);
+        } else {
+          throw invalid_argument_error(std::string("strategy automatic: the table '") +
+                                       table<B>().to_string() + "' names native, but backend '" +
+                                       B::name + "' has no native allreduce");
+        }
+      case algorithm::ring:
+        break;
+    }
+    ring_.allreduce(b, in, out, count, t, op, until);
+  }
+
+  template <class B>
+  const algo_table& table() {
+    if (!resolved_) {
+      if (!configured_.empty()) {
+        resolved_ = configured_;
+      } else if (const char* own = detail::backend_default_algo<B>::get()) {
+        resolved_ = algo_table::parse(own, std::string(B::name) + " default table");
+      } else {
+        resolved_ = algo_table::parse(builtin_table, "built-in table");
+      }
+    }
+    return *resolved_;
+  }
+
+ private:
+  algo_table configured_;
+  std::optional<algo_table> resolved_;
+  ring ring_;
+  tree tree_;
+  parameter_server ps_;
+  native native_;
+};
+
+}  // namespace distcomm::strategy

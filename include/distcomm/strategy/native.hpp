@@ -1,0 +1,77 @@
+// strategy::native: the backend's own collectives (MPI_Allreduce, gloo::allreduce, NCCL, the
+// local backend's shared-memory reduction). Using it with a backend that has no native allreduce
+// is a compile error. Collectives the backend lacks fall back to the point-to-point algorithms.
+#pragma once
+
+#include <string>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/strategy/base.hpp"
+
+namespace distcomm::strategy {
+
+class native {
+ public:
+  static constexpr const char* name = "native";
+  explicit native(const config& c) : fallback_(c) {}
+
+  template <class B>
+  void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
+                 deadline until) {
+    static_assert(has_native_allreduce_v<B>,
+                  "strategy::native needs a backend with its own allreduce; this backend has "
+                  "none: use strategy::ring, tree, parameter_server or automatic");
+    if (fallback_.deterministic() && !distcomm::detail::native_is_deterministic<B>::value) {
+      throw invalid_argument_error(std::string("strategy native: backend '") + B::name +
+                                   "' does not reduce in rank order, so DISTCOMM_DETERMINISTIC=1 "
+                                   "cannot be honoured; use ring, tree, parameter_server or "
+                                   "automatic");
+    }
+    b.native_allreduce(in, out, count, t, op, until);
+  }
+
+  template <class B>
+  void reduce_scatter(B& b, const void* in, void* out, std::size_t recv_count, dtype t,
+                      reduce_op op, deadline until) {
+    if constexpr (distcomm::detail::has_native_reduce_scatter<B>::value) {
+      if (!fallback_.deterministic() || distcomm::detail::native_is_deterministic<B>::value) {
+        return b.native_reduce_scatter(in, out, recv_count, t, op, until);
+      }
+    }
+    fallback_.reduce_scatter(b, in, out, recv_count, t, op, until);
+  }
+
+  template <class B>
+  void allgather(B& b, const void* in, void* out, std::size_t send_count, dtype t,
+                 deadline until) {
+    if constexpr (distcomm::detail::has_native_allgather<B>::value) {
+      b.native_allgather(in, out, send_count, t, until);
+    } else {
+      fallback_.allgather(b, in, out, send_count, t, until);
+    }
+  }
+
+  template <class B>
+  void broadcast(B& b, void* data, std::size_t count, dtype t, int root, deadline until) {
+    if constexpr (distcomm::detail::has_native_broadcast<B>::value) {
+      b.native_broadcast(data, count, t, root, until);
+    } else {
+      fallback_.broadcast(b, data, count, t, root, until);
+    }
+  }
+
+  template <class B>
+  void barrier(B& b, deadline until) {
+    if constexpr (distcomm::detail::has_native_barrier<B>::value) {
+      b.native_barrier(until);
+    } else {
+      fallback_.barrier(b, until);
+    }
+  }
+
+ private:
+  p2p_base fallback_;
+};
+
+}  // namespace distcomm::strategy

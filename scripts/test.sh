@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds DistComm and runs every test, then the unit tests again under AddressSanitizer and
+# UndefinedBehaviorSanitizer. What CI runs (.ci/run). Exits non-zero on any failure.
+#
+# usage: scripts/test.sh [--no-sanitize] [-j N]
+#   --no-sanitize  skip the sanitizer pass (quick local loops)
+#   -j N           parallel build and test jobs (default: number of cores)
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+sanitize=1
+while (($#)); do
+  case "$1" in
+    --no-sanitize) sanitize=0; shift ;;
+    -j) [[ $# -ge 2 ]] || die "-j needs a number"; DISTCOMM_JOBS="$2"; shift 2 ;;
+    -j*) DISTCOMM_JOBS="${1#-j}"; shift ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+[[ "$DISTCOMM_JOBS" =~ ^[1-9][0-9]*$ ]] || die "-j wants a positive number, got '$DISTCOMM_JOBS'"
+cd "$DISTCOMM_ROOT"
+
+phase "packages" ensure_packages
+phase "configure build/" configure_tree build -DDISTCOMM_WERROR=ON
+phase "build build/" build_tree build
+phase "ctest build/ (all tests)" ctest --test-dir build --output-on-failure -j "$DISTCOMM_JOBS"
+
+if ((sanitize)); then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-strict_string_checks=1:detect_stack_use_after_return=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+  phase "configure build-asan/" configure_tree build-asan -DDISTCOMM_SANITIZE=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTCOMM_BUILD_BENCH=OFF -DDISTCOMM_BUILD_EXAMPLES=OFF
+  phase "build build-asan/" build_tree build-asan
+  phase "ctest build-asan/ -L unit" ctest --test-dir build-asan -L unit --output-on-failure \
+    -j "$DISTCOMM_JOBS"
+else
+  log "sanitizer pass skipped (--no-sanitize)"
+fi
+
+print_phase_summary
+log "all tests passed"

@@ -1,0 +1,148 @@
+#include "distcomm/config.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "distcomm/core/error.hpp"
+
+namespace distcomm {
+namespace {
+
+// Every variable DistComm reads. Keep in step with the README settings table (a test checks it).
+const std::vector<setting_info> setting_rows = {
+    {"DISTCOMM_TIMEOUT", "300",
+     "Seconds any collective may wait for a peer before failing with timeout_error."},
+    {"DISTCOMM_FUSION_THRESHOLD", "64M",
+     "Tensor Fusion buffer size in bytes (K/M/G suffixes); 0 disables fusion."},
+    {"DISTCOMM_SEGMENT_SIZE", "256K",
+     "Pipelining segment of the ring, tree and parameter-server strategies, in bytes."},
+    {"DISTCOMM_PS_SERVERS", "1",
+     "Server ranks of the parameter_server strategy (1 = classic parameter server, 0 = all "
+     "ranks, fully sharded)."},
+    {"DISTCOMM_ALGO", "(built-in table)",
+     "Per-size choice of strategy::automatic, e.g. `tree:0-64K;ring:64K-max`."},
+    {"DISTCOMM_DETERMINISTIC", "0",
+     "1 = reduce every element in rank order: bitwise identical results for every strategy and "
+     "fusion threshold."},
+    {"DISTCOMM_BACKEND", "(default backend)",
+     "Backend used by tools when none is named: local, mpi, gloo, ucx or nccl."},
+    {"DISTCOMM_LOG", "warn", "Log level on stderr: error, warn, info or debug."},
+};
+
+std::string quote(const char* name, const std::string& value) {
+  return std::string(name) + "='" + value + "'";
+}
+
+double parse_seconds(const char* name, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || end == v.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d) ||
+      d <= 0) {
+    throw invalid_argument_error(quote(name, v) +
+                                 " is not a positive number of seconds (e.g. 30 or 2.5)");
+  }
+  return d;
+}
+
+int parse_count(const char* name, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || end == v.c_str() || *end != '\0' || errno == ERANGE || n < 0 ||
+      n > 1000000) {
+    throw invalid_argument_error(quote(name, v) + " is not a non-negative integer");
+  }
+  return static_cast<int>(n);
+}
+
+bool parse_bool(const char* name, const std::string& v) {
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw invalid_argument_error(quote(name, v) + " is not a boolean (use 1/0, true/false, on/off)");
+}
+
+std::string format_size(std::size_t b) {
+  const char* suffix[] = {"", "K", "M", "G"};
+  int i = 0;
+  while (i < 3 && b != 0 && b % 1024 == 0) {
+    b /= 1024;
+    ++i;
+  }
+  return std::to_string(b) + suffix[i];
+}
+
+}  // namespace
+
+const std::vector<setting_info>& settings() { return setting_rows; }
+
+config config::from_env() {
+  return from_env([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+config config::from_env(const env_lookup& getenv) {
+  config c;
+  const auto get = [&](const char* name, std::string& out) {
+    const char* v = getenv(name);
+    if (v == nullptr || *v == '\0') return false;
+    out = v;
+    return true;
+  };
+  std::string v;
+  if (get("DISTCOMM_TIMEOUT", v)) {
+    c.timeout = std::chrono::duration<double>(parse_seconds("DISTCOMM_TIMEOUT", v));
+  }
+  if (get("DISTCOMM_FUSION_THRESHOLD", v)) {
+    c.fusion_threshold = parse_bytes(v, "DISTCOMM_FUSION_THRESHOLD");
+  }
+  if (get("DISTCOMM_SEGMENT_SIZE", v)) {
+    c.segment_bytes = parse_bytes(v, "DISTCOMM_SEGMENT_SIZE");
+    if (c.segment_bytes < 64) {
+      throw invalid_argument_error(quote("DISTCOMM_SEGMENT_SIZE", v) +
+                                   " is below the minimum of 64 bytes");
+    }
+  }
+  if (get("DISTCOMM_PS_SERVERS", v)) c.ps_servers = parse_count("DISTCOMM_PS_SERVERS", v);
+  if (get("DISTCOMM_ALGO", v)) c.algo = algo_table::parse(v, "DISTCOMM_ALGO");
+  if (get("DISTCOMM_DETERMINISTIC", v)) {
+    c.deterministic = parse_bool("DISTCOMM_DETERMINISTIC", v);
+  }
+  if (get("DISTCOMM_BACKEND", v)) {
+    if (v != "local" && v != "mpi" && v != "gloo" && v != "ucx" && v != "nccl") {
+      throw invalid_argument_error(quote("DISTCOMM_BACKEND", v) +
+                                   " is not a backend (local, mpi, gloo, ucx, nccl)");
+    }
+    c.backend = v;
+  }
+  if (get("DISTCOMM_LOG", v)) {
+    bool known = false;
+    for (log_level l : {log_level::error, log_level::warn, log_level::info, log_level::debug}) {
+      if (v == distcomm::to_string(l)) {
+        c.log = l;
+        known = true;
+      }
+    }
+    if (!known) {
+      throw invalid_argument_error(quote("DISTCOMM_LOG", v) +
+                                   " is not a log level (error, warn, info, debug)");
+    }
+  }
+  return c;
+}
+
+std::string config::to_string() const {
+  std::ostringstream os;
+  os << "DISTCOMM_TIMEOUT=" << timeout.count() << '\n'
+     << "DISTCOMM_FUSION_THRESHOLD=" << format_size(fusion_threshold) << '\n'
+     << "DISTCOMM_SEGMENT_SIZE=" << format_size(segment_bytes) << '\n'
+     << "DISTCOMM_PS_SERVERS=" << ps_servers << '\n'
+     << "DISTCOMM_ALGO=" << (algo.empty() ? std::string("(built-in)") : algo.to_string()) << '\n'
+     << "DISTCOMM_DETERMINISTIC=" << (deterministic ? 1 : 0) << '\n'
+     << "DISTCOMM_BACKEND=" << (backend.empty() ? std::string("(default)") : backend) << '\n'
+     << "DISTCOMM_LOG=" << distcomm::to_string(log) << '\n';
+  return os.str();
+}
+
+}  // namespace distcomm
