@@ -31,8 +31,12 @@ class automatic : public p2p_base {
  public:
   static constexpr const char* name = "automatic";
 
-  // Tree below 64 KiB, ring above: the crossover of the two on the local backend, 2-8 ranks,
-  // measured with distcomm-bench-strategies (docs/ARCHITECTURE.md has the figures).
+  // For backends that declare no table of their own. Tree below 64 KiB, ring above: where the
+  // alpha-beta costs of the two cross for 8 ranks (tree ~(2 log2 p)·alpha + 4n·beta on its busiest
+  // node, ring 2(p-1)·alpha + 2(p-1)/p·n·beta, so n* ~ 3.6·alpha/beta) with alpha = 8 us and
+  // beta = 0.5 ns/B, the small-message latency and the large-message bandwidth of Open MPI over
+  // TCP loopback measured on the development VM (../peers results, mpi_tcp). Backends with their
+  // own measurements override it with `default_algo`; see docs/ARCHITECTURE.md.
   static constexpr const char* builtin_table = "tree:0-64K;ring:64K-max";
 
   explicit automatic(const config& c)
