@@ -1,0 +1,118 @@
+// Strategies need nothing but the point-to-point surface of the backend contract: run them over a
+// backend that has no native collectives and no table of its own, and check what automatic picks.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "distcomm/distcomm.hpp"
+
+namespace dc = distcomm;
+
+namespace {
+
+// The local backend reduced to the minimal contract.
+class p2p_only {
+ public:
+  using request = dc::local_request;
+  static constexpr const char* name = "p2p-only";
+  explicit p2p_only(dc::local_backend b) : b_(std::move(b)) {}
+  int rank() const { return b_.rank(); }
+  int size() const { return b_.size(); }
+  [[nodiscard]] request isend(const void* d, std::size_t n, int peer, dc::tag_t tag) {
+    return b_.isend(d, n, peer, tag);
+  }
+  [[nodiscard]] request irecv(void* d, std::size_t n, int peer, dc::tag_t tag) {
+    return b_.irecv(d, n, peer, tag);
+  }
+  void abort(const std::string& reason) noexcept { b_.abort(reason); }
+
+ private:
+  dc::local_backend b_;
+};
+
+static_assert(!dc::has_native_allreduce_v<p2p_only>, "p2p_only must have no native allreduce");
+static_assert(dc::has_native_allreduce_v<dc::local_backend>, "local has a native allreduce");
+
+template <class S>
+void check_sum(int p, std::size_t count, const dc::config& c) {
+  dc::local_world world(p);
+  world.run([&](dc::local_backend b) {
+    dc::communicator<p2p_only, S> comm(p2p_only(std::move(b)), c);
+    std::vector<float> v(count, static_cast<float>(comm.rank() + 1));
+    comm.allreduce(dc::view(v));
+    const float expect = static_cast<float>(p * (p + 1) / 2);
+    std::size_t wrong = 0;
+    for (float x : v) wrong += x != expect;
+    REQUIRE(wrong == 0);
+    std::vector<float> all(count * static_cast<std::size_t>(p));
+    comm.allgather(dc::view(v.data(), count), dc::view(all));
+    comm.broadcast(dc::view(v), p - 1);
+    comm.barrier();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("every point-to-point strategy runs on a backend with no native collectives") {
+  dc::config c;
+  c.timeout = std::chrono::seconds(60);
+  c.segment_bytes = 4096;
+  for (int p : {1, 2, 3, 6}) {
+    for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{100000}}) {
+      CAPTURE(p);
+      CAPTURE(count);
+      check_sum<dc::strategy::ring>(p, count, c);
+      check_sum<dc::strategy::tree>(p, count, c);
+      check_sum<dc::strategy::parameter_server>(p, count, c);
+      check_sum<dc::strategy::automatic>(p, count, c);
+    }
+  }
+}
+
+TEST_CASE("automatic: built-in table without a backend table, the backend's own table otherwise") {
+  dc::config c;
+  dc::strategy::automatic a(c);
+  CHECK(a.choose<p2p_only>(0) == dc::algorithm::tree);
+  CHECK(a.choose<p2p_only>(65535) == dc::algorithm::tree);
+  CHECK(a.choose<p2p_only>(65536) == dc::algorithm::ring);
+  CHECK(a.choose<p2p_only>(std::size_t{1} << 40) == dc::algorithm::ring);
+
+  dc::strategy::automatic l(c);
+  CHECK(l.choose<dc::local_backend>(1024) == dc::algorithm::tree);
+  CHECK(l.choose<dc::local_backend>(128 << 10) == dc::algorithm::native);
+
+  // DISTCOMM_ALGO wins over both.
+  c.algo = dc::algo_table::parse("ps:0-1K;ring:1K-max", "DISTCOMM_ALGO");
+  dc::strategy::automatic o(c);
+  CHECK(o.choose<dc::local_backend>(100) == dc::algorithm::parameter_server);
+  CHECK(o.choose<dc::local_backend>(5000) == dc::algorithm::ring);
+}
+
+TEST_CASE("automatic: a table naming native on a backend without one is a clear error") {
+  dc::config c;
+  c.algo = dc::algo_table::parse("native:0-max", "DISTCOMM_ALGO");
+  dc::local_world world(2);
+  CHECK_THROWS_WITH_AS(world.run([&](dc::local_backend b) {
+    dc::communicator<p2p_only, dc::strategy::automatic> comm(p2p_only(std::move(b)), c);
+    std::vector<float> v(10, 1.0f);
+    comm.allreduce(dc::view(v));
+  }),
+                       doctest::Contains("has no native allreduce"), dc::invalid_argument_error);
+}
+
+// A backend whose native allreduce does not promise rank order, preferring native everywhere.
+struct unordered_native : p2p_only {
+  using p2p_only::p2p_only;
+  static constexpr const char* default_algo = "native:0-max";
+  void native_allreduce(const void*, void*, std::size_t, dc::dtype, dc::reduce_op, dc::deadline) {}
+};
+
+TEST_CASE("deterministic automatic never picks a native that is not rank-ordered") {
+  dc::config c;
+  c.deterministic = true;
+  dc::strategy::automatic a(c);
+  CHECK(a.choose<unordered_native>(100) == dc::algorithm::ring);
+  c.deterministic = false;
+  dc::strategy::automatic b(c);
+  CHECK(b.choose<unordered_native>(100) == dc::algorithm::native);
+}
