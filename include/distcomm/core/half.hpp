@@ -54,18 +54,22 @@ inline std::uint16_t float_to_half_bits(float value) noexcept {
   std::uint32_t f = float_bits(value);
   const std::uint32_t sign = f & 0x80000000u;
   f ^= sign;
-  // All three candidates are computed and one selected, branch-free (see select_bits).
+  // All three candidates are computed and one selected, branch-free (see select_bits). They are
+  // built in the upper 16 bits and shifted down once at the end: with the result in the low
+  // bits, GCC narrows every intermediate to 16 bits separately, which costs SSE2 (no packusdw)
+  // about half the loop's time.
   // NaN -> quiet NaN, too large -> Inf.
-  const std::uint32_t inf_nan = f > f32_infinity ? 0x7e00u : 0x7c00u;
+  const std::uint32_t inf_nan = f > f32_infinity ? 0x7e000000u : 0x7c000000u;
   // Subnormal or zero: adding the magic number lets the FPU round the mantissa (ties to even).
   const std::uint32_t subnormal =
-      float_bits(bits_float(f) + bits_float(denorm_magic)) - denorm_magic;
-  // Normal: rebias the exponent and round to nearest even (a carry may round up to Inf).
+      (float_bits(bits_float(f) + bits_float(denorm_magic)) - denorm_magic) << 16;
+  // Normal: rebias the exponent and round to nearest even (a carry may round up to Inf); bits
+  // 13..28 become the result.
   const std::uint32_t mant_odd = (f >> 13) & 1u;
-  const std::uint32_t normal = (f + ((15u - 127u) << 23) + 0xfffu + mant_odd) >> 13;
+  const std::uint32_t normal = (f + ((15u - 127u) << 23) + 0xfffu + mant_odd) << 3;
   const std::uint32_t o =
       select_bits(f >= f16_max, inf_nan, select_bits(f < (113u << 23), subnormal, normal));
-  return static_cast<std::uint16_t>(o | (sign >> 16));
+  return static_cast<std::uint16_t>((o | sign) >> 16);
 }
 
 inline float bfloat_bits_to_float(std::uint16_t b) noexcept {
