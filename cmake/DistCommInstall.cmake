@@ -94,6 +94,13 @@ install(FILES "${PROJECT_BINARY_DIR}/cmake/DistCommConfig.cmake"
               "${PROJECT_BINARY_DIR}/cmake/DistCommConfigVersion.cmake"
         DESTINATION "${DISTCOMM_INSTALL_CMAKEDIR}"
         COMPONENT DistComm_Development)
+# Find modules a component's consumers need (DistCommConfig.cmake adds its own folder to
+# CMAKE_MODULE_PATH before finding them), e.g. cmake/FindNCCL.cmake for the nccl component.
+if(TARGET distcomm_nccl AND EXISTS "${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake")
+  install(FILES "${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake"
+          DESTINATION "${DISTCOMM_INSTALL_CMAKEDIR}"
+          COMPONENT DistComm_Development)
+endif()
 
 list(JOIN DISTCOMM_BUILT_COMPONENTS ", " _distcomm_built_text)
 message(STATUS "DistComm: components built and installed: ${_distcomm_built_text}")

@@ -11,7 +11,7 @@ while (($#)); do
   case "$1" in
     -j) [[ $# -ge 2 ]] || die "-j needs a number"; DISTCOMM_JOBS="$2"; shift 2 ;;
     -j*) DISTCOMM_JOBS="${1#-j}"; shift ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -19,7 +19,7 @@ cd "$DISTCOMM_ROOT"
 
 ensure_packages "${DISTCOMM_PACKAGES[@]}"
 configure_tree build -DDISTCOMM_BUILD_EXAMPLES=ON >/dev/null
-build_tree build --target distcomm-hello
+build_tree build --target distcomm_hello
 
 np=4
 log "running build/bin/distcomm-hello --np $np"

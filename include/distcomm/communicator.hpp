@@ -35,6 +35,7 @@ class communicator {
   Backend& backend() noexcept { return backend_; }
   const config& settings() const noexcept { return config_; }
   Strategy& strategy() noexcept { return strategy_; }
+  Fusion& fusion() noexcept { return fusion_; }
 
   // In place: every rank's `data` becomes the reduction of all ranks' `data`.
   void allreduce(tensor_view data, reduce_op op = reduce_op::sum) { allreduce(data, data, op); }
@@ -44,9 +45,9 @@ class communicator {
     check_tensor("allreduce input", in);
     check_tensor("allreduce output", out);
     check_op(op);
-    check_same("allreduce", out, in, in.count);
-    if (in.count == 0) return;
+    check_pair("allreduce", in, out, in.count, in.count);
     guarded("allreduce", [&](deadline until) {
+      if (in.count == 0) return;
       strategy_.allreduce(backend_, in.data, out.data, in.count, in.type, op, until);
     });
   }
@@ -68,9 +69,9 @@ class communicator {
     check_tensor("reduce_scatter input", in);
     check_tensor("reduce_scatter output", out);
     check_op(op);
-    check_same("reduce_scatter", in, out, checked_mul(out.count, "reduce_scatter"));
-    if (out.count == 0) return;
+    check_pair("reduce_scatter", in, out, checked_mul(out.count, "reduce_scatter"), out.count);
     guarded("reduce_scatter", [&](deadline until) {
+      if (out.count == 0) return;
       strategy_.reduce_scatter(backend_, in.data, out.data, out.count, in.type, op, until);
     });
   }
@@ -79,9 +80,9 @@ class communicator {
   void allgather(tensor_view in, tensor_view out) {
     check_tensor("allgather input", in);
     check_tensor("allgather output", out);
-    check_same("allgather", out, in, checked_mul(in.count, "allgather"));
-    if (in.count == 0) return;
+    check_pair("allgather", in, out, in.count, checked_mul(in.count, "allgather"));
     guarded("allgather", [&](deadline until) {
+      if (in.count == 0) return;
       strategy_.allgather(backend_, in.data, out.data, in.count, in.type, until);
     });
   }
@@ -93,9 +94,10 @@ class communicator {
       throw invalid_argument_error("broadcast: root " + std::to_string(root) +
                                    " is not a rank (world size " + std::to_string(size()) + ")");
     }
-    if (data.count == 0) return;
-    guarded("broadcast",
-            [&](deadline until) { strategy_.broadcast(backend_, data.data, data.count, data.type, root, until); });
+    guarded("broadcast", [&](deadline until) {
+      if (data.count == 0) return;
+      strategy_.broadcast(backend_, data.data, data.count, data.type, root, until);
+    });
   }
 
   void barrier() {
@@ -148,16 +150,21 @@ class communicator {
     }
   }
 
-  // `big` must have `big_count` elements and the dtype of `small`.
-  static void check_same(const char* what, const tensor_view& big, const tensor_view& small,
-                         std::size_t big_count) {
-    if (big.type != small.type) {
-      throw invalid_argument_error(std::string(what) + ": input is " + to_string(big.type) +
-                                   " but output is " + to_string(small.type));
+  // `in` and `out` must share a dtype and have the expected element counts.
+  static void check_pair(const char* what, const tensor_view& in, const tensor_view& out,
+                         std::size_t in_count, std::size_t out_count) {
+    if (in.type != out.type) {
+      throw invalid_argument_error(std::string(what) + ": input is " + to_string(in.type) +
+                                   " but output is " + to_string(out.type));
     }
-    if (big.count != big_count) {
-      throw invalid_argument_error(std::string(what) + ": expected " + std::to_string(big_count) +
-                                   " elements, got " + std::to_string(big.count));
+    if (in.count != in_count) {
+      throw invalid_argument_error(std::string(what) + ": input has " + std::to_string(in.count) +
+                                   " elements, expected " + std::to_string(in_count));
+    }
+    if (out.count != out_count) {
+      throw invalid_argument_error(std::string(what) + ": output has " +
+                                   std::to_string(out.count) + " elements, expected " +
+                                   std::to_string(out_count));
     }
   }
 

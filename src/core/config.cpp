@@ -1,6 +1,8 @@
 #include "distcomm/config.hpp"
 
+#include <cctype>
 #include <cerrno>
+#include <limits>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -58,13 +60,21 @@ int parse_count(const char* name, const std::string& v) {
   return static_cast<int>(n);
 }
 
-bool parse_bool(const char* name, const std::string& v) {
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+bool parse_bool(const char* name, const std::string& value) {
+  const std::string v = lower(value);
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  throw invalid_argument_error(quote(name, v) + " is not a boolean (use 1/0, true/false, on/off)");
+  throw invalid_argument_error(quote(name, value) +
+                               " is not a boolean (use 1/0, true/false, yes/no, on/off)");
 }
 
 std::string format_size(std::size_t b) {
+  if (b == std::numeric_limits<std::size_t>::max()) return "max";
   const char* suffix[] = {"", "K", "M", "G"};
   int i = 0;
   while (i < 3 && b != 0 && b % 1024 == 0) {
@@ -99,9 +109,9 @@ config config::from_env(const env_lookup& getenv) {
   }
   if (get("DISTCOMM_SEGMENT_SIZE", v)) {
     c.segment_bytes = parse_bytes(v, "DISTCOMM_SEGMENT_SIZE");
-    if (c.segment_bytes < 64) {
+    if (c.segment_bytes < 64 || c.segment_bytes > (std::size_t{1} << 30)) {
       throw invalid_argument_error(quote("DISTCOMM_SEGMENT_SIZE", v) +
-                                   " is below the minimum of 64 bytes");
+                                   " is outside 64 bytes .. 1G");
     }
   }
   if (get("DISTCOMM_PS_SERVERS", v)) c.ps_servers = parse_count("DISTCOMM_PS_SERVERS", v);
@@ -119,7 +129,7 @@ config config::from_env(const env_lookup& getenv) {
   if (get("DISTCOMM_LOG", v)) {
     bool known = false;
     for (log_level l : {log_level::error, log_level::warn, log_level::info, log_level::debug}) {
-      if (v == distcomm::to_string(l)) {
+      if (lower(v) == distcomm::to_string(l)) {
         c.log = l;
         known = true;
       }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <string>
 
 namespace distcomm {
@@ -15,7 +16,7 @@ int level_from_env() noexcept {
   const log_level levels[] = {log_level::error, log_level::warn, log_level::info,
                               log_level::debug};
   for (log_level l : levels) {
-    if (std::strcmp(v, to_string(l)) == 0) return static_cast<int>(l);
+    if (strcasecmp(v, to_string(l)) == 0) return static_cast<int>(l);
   }
   // config::from_env rejects bad values loudly; logging itself must never throw.
   return static_cast<int>(log_level::warn);

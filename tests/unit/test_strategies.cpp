@@ -559,3 +559,15 @@ TEST_CASE("reduce_scatter, allgather, broadcast, barrier on every strategy") {
     }
   }
 }
+
+TEST_CASE("a segment size far larger than the message costs no more scratch than the message") {
+  dc::config cfg = test_config(std::size_t{1} << 30);  // the largest DISTCOMM_SEGMENT_SIZE
+  cfg.algo = dc::algo_table{};
+  for (bool deterministic : {false, true}) {
+    cfg.deterministic = deterministic;
+    reference_cache refs;
+    const std::vector<ar_case> cases = {{dc::dtype::f32, dc::reduce_op::sum, 10, true},
+                                        {dc::dtype::f64, dc::reduce_op::avg, 3, false}};
+    for (strat s : all_strats) allreduce_cases(3, s, cases, cfg, refs);
+  }
+}

@@ -53,7 +53,7 @@ struct rank_signal {
 struct local_world_state {
   explicit local_world_state(int n)
       : size(n), in_ptrs(static_cast<std::size_t>(n)), out_ptrs(static_cast<std::size_t>(n)),
-        arrival(static_cast<std::size_t>(n), 0) {
+        arrival(static_cast<std::size_t>(n), 0), left(static_cast<std::size_t>(n), 0) {
     for (int i = 0; i < n; ++i) {
       boxes.push_back(std::make_unique<mailbox>());
       signals.push_back(std::make_unique<rank_signal>());
@@ -76,6 +76,7 @@ struct local_world_state {
   std::vector<const void*> in_ptrs;
   std::vector<void*> out_ptrs;
   std::vector<std::uint64_t> arrival;  // generation + 1 each rank last arrived at
+  std::vector<std::uint64_t> left;     // generation + 1 each rank last timed out in and left
 
   std::string reason() {
     std::lock_guard<std::mutex> lk(abort_mu);
@@ -326,6 +327,7 @@ void local_backend::sync(const char* what, deadline until) {
   }
   const std::uint64_t gen = w.generation;
   w.arrival[static_cast<std::size_t>(rank_)] = gen + 1;
+  w.left[static_cast<std::size_t>(rank_)] = 0;
   if (++w.arrived == w.size) {
     w.arrived = 0;
     ++w.generation;
@@ -341,15 +343,25 @@ void local_backend::sync(const char* what, deadline until) {
     w.throw_aborted(rank_);
   }
   if (!ok) {
-    std::string missing;
+    std::string missing, gone;  // never arrived; arrived, timed out and left
     for (int r = 0; r < w.size; ++r) {
-      if (w.arrival[static_cast<std::size_t>(r)] != gen + 1) {
+      const auto i = static_cast<std::size_t>(r);
+      if (w.arrival[i] != gen + 1) {
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      } else if (w.left[i] == gen + 1) {
+        gone += (gone.empty() ? "" : ", ") + std::to_string(r);
       }
     }
+    // Leave, as a timed-out request is cancelled: a rank arriving later must not complete this
+    // synchronisation without us.
+    --w.arrived;
+    w.left[static_cast<std::size_t>(rank_)] = gen + 1;
+    const std::string why =
+        missing.empty()
+            ? gone + ", which timed out in it earlier and left (DISTCOMM_TIMEOUT)"
+            : missing + " (DISTCOMM_TIMEOUT); they are stuck, dead or in a different collective";
     throw timeout_error("local: rank " + std::to_string(rank_) + " timed out in " + what +
-                        " waiting for rank(s) " + missing +
-                        " (DISTCOMM_TIMEOUT); they are stuck, dead or in a different collective");
+                        " waiting for rank(s) " + why);
   }
 }
 

@@ -3,6 +3,7 @@
 // dissemination barrier). A strategy derives from it and adds allreduce.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "distcomm/config.hpp"
@@ -20,8 +21,8 @@ class p2p_base {
   template <class B>
   void reduce_scatter(B& b, const void* in, void* out, std::size_t recv_count, dtype t,
                       reduce_op op, deadline until) {
-    const auto a = args(t, op, until);
     const std::size_t count = recv_count * static_cast<std::size_t>(b.size());
+    const auto a = args(t, op, count, until);
     if (deterministic_) {
       detail::ordered_reduce_scatter(b, in, out, count, a, scratch_);
     } else {
@@ -37,12 +38,13 @@ class p2p_base {
     detail::copy_elems(detail::bytes_at(out, static_cast<std::size_t>(b.rank()) * send_count, es),
                        in, send_count, t);
     detail::ring_allgather(b, out, send_count * static_cast<std::size_t>(b.size()), t,
-                           detail::segment_elems(segment_bytes_, t), until);
+                           bounded_seg(t, send_count), until);
   }
 
   template <class B>
   void broadcast(B& b, void* data, std::size_t count, dtype t, int root, deadline until) {
-    detail::tree_broadcast(b, data, count, t, root, detail::segment_elems(segment_bytes_, t), until);
+    detail::tree_broadcast(b, data, count, t, root,
+                           bounded_seg(t, count), until);
   }
 
   template <class B>
@@ -53,15 +55,21 @@ class p2p_base {
   bool deterministic() const noexcept { return deterministic_; }
 
  protected:
-  detail::reduce_args args(dtype t, reduce_op op, deadline until) const noexcept {
-    return detail::reduce_args{t, op, detail::segment_elems(segment_bytes_, t), until};
+  // Segment in elements, never larger than the message, so scratch stays proportional to what
+  // is moved whatever DISTCOMM_SEGMENT_SIZE says.
+  std::size_t bounded_seg(dtype t, std::size_t count) const noexcept {
+    return std::max<std::size_t>(1, std::min(detail::segment_elems(segment_bytes_, t), count));
+  }
+
+  detail::reduce_args args(dtype t, reduce_op op, std::size_t count, deadline until) const noexcept {
+    return detail::reduce_args{t, op, bounded_seg(t, count), until};
   }
 
   // Deterministic allreduce: rank-order reduce-scatter, then ring allgather.
   template <class B>
   void ordered_allreduce(B& b, const void* in, void* out, std::size_t count, dtype t,
                          reduce_op op, deadline until) {
-    const auto a = args(t, op, until);
+    const auto a = args(t, op, count, until);
     const block mine = partition(count, static_cast<std::size_t>(b.size()),
                                  static_cast<std::size_t>(b.rank()));
     detail::ordered_reduce_scatter(b, in, detail::bytes_at(out, mine.begin, dtype_size(t)), count,

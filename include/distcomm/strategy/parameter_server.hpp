@@ -32,7 +32,7 @@ class parameter_server : public p2p_base {
   void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
                  deadline until) {
     // Servers already reduce in rank order, so deterministic mode changes nothing here.
-    detail::ps_allreduce(b, in, out, count, servers(b.size()), args(t, op, until), scratch_);
+    detail::ps_allreduce(b, in, out, count, servers(b.size()), args(t, op, count, until), scratch_);
   }
 
  private:

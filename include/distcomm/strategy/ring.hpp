@@ -15,7 +15,7 @@ class ring : public p2p_base {
   void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
                  deadline until) {
     if (deterministic_) return ordered_allreduce(b, in, out, count, t, op, until);
-    const auto a = args(t, op, until);
+    const auto a = args(t, op, count, until);
     const block mine = partition(count, static_cast<std::size_t>(b.size()),
                                  static_cast<std::size_t>(b.rank()));
     detail::ring_reduce_scatter(b, in, detail::bytes_at(out, mine.begin, dtype_size(t)), count, a,

@@ -16,7 +16,7 @@ class tree : public p2p_base {
                  deadline until) {
     // A tree's combine order is not rank order; deterministic mode uses the shared ordered path.
     if (deterministic_) return ordered_allreduce(b, in, out, count, t, op, until);
-    detail::tree_allreduce(b, in, out, count, args(t, op, until), scratch_);
+    detail::tree_allreduce(b, in, out, count, args(t, op, count, until), scratch_);
   }
 };
 
