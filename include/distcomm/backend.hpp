@@ -45,18 +45,18 @@ namespace detail {
 template <class, class = void>
 struct has_native_allreduce : std::false_type {};
 template <class B>
-struct has_native_allreduce<
-    B, std::void_t<decltype(std::declval<B&>().native_allreduce(
-           std::declval<const void*>(), std::declval<void*>(), std::size_t{}, dtype{},
-           reduce_op{}, deadline{}))>> : std::true_type {};
+struct has_native_allreduce<B, std::void_t<decltype(std::declval<B&>().native_allreduce(
+                                   std::declval<const void*>(), std::declval<void*>(),
+                                   std::size_t{}, dtype{}, reduce_op{}, deadline{}))>>
+    : std::true_type {};
 
 template <class, class = void>
 struct has_native_reduce_scatter : std::false_type {};
 template <class B>
-struct has_native_reduce_scatter<
-    B, std::void_t<decltype(std::declval<B&>().native_reduce_scatter(
-           std::declval<const void*>(), std::declval<void*>(), std::size_t{}, dtype{},
-           reduce_op{}, deadline{}))>> : std::true_type {};
+struct has_native_reduce_scatter<B, std::void_t<decltype(std::declval<B&>().native_reduce_scatter(
+                                        std::declval<const void*>(), std::declval<void*>(),
+                                        std::size_t{}, dtype{}, reduce_op{}, deadline{}))>>
+    : std::true_type {};
 
 template <class, class = void>
 struct has_native_allgather : std::false_type {};
@@ -68,9 +68,10 @@ struct has_native_allgather<B, std::void_t<decltype(std::declval<B&>().native_al
 template <class, class = void>
 struct has_native_broadcast : std::false_type {};
 template <class B>
-struct has_native_broadcast<B, std::void_t<decltype(std::declval<B&>().native_broadcast(
-                                   std::declval<void*>(), std::size_t{}, dtype{}, int{},
-                                   deadline{}))>> : std::true_type {};
+struct has_native_broadcast<B,
+                            std::void_t<decltype(std::declval<B&>().native_broadcast(
+                                std::declval<void*>(), std::size_t{}, dtype{}, int{}, deadline{}))>>
+    : std::true_type {};
 
 template <class, class = void>
 struct has_native_barrier : std::false_type {};

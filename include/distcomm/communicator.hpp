@@ -27,7 +27,9 @@ class communicator {
   using fusion_type = Fusion;
 
   explicit communicator(Backend backend, config cfg = config::from_env())
-      : backend_(std::move(backend)), config_(std::move(cfg)), strategy_(config_),
+      : backend_(std::move(backend)),
+        config_(std::move(cfg)),
+        strategy_(config_),
         fusion_(config_) {}
 
   int rank() const { return backend_.rank(); }
@@ -108,8 +110,10 @@ class communicator {
   template <class F>
   void guarded(const char* what, F&& body) {
     if (!failure_.empty()) {
-      throw error(std::string(what) + ": this communicator is unusable since an earlier "
-                  "collective failed: " + failure_);
+      throw error(std::string(what) +
+                  ": this communicator is unusable since an earlier "
+                  "collective failed: " +
+                  failure_);
     }
     try {
       body(deadline_after(config_.timeout));
@@ -162,9 +166,8 @@ class communicator {
                                    " elements, expected " + std::to_string(in_count));
     }
     if (out.count != out_count) {
-      throw invalid_argument_error(std::string(what) + ": output has " +
-                                   std::to_string(out.count) + " elements, expected " +
-                                   std::to_string(out_count));
+      throw invalid_argument_error(std::string(what) + ": output has " + std::to_string(out.count) +
+                                   " elements, expected " + std::to_string(out_count));
     }
   }
 

@@ -2,9 +2,9 @@
 
 #include <cctype>
 #include <cerrno>
-#include <limits>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "distcomm/core/error.hpp"
@@ -53,8 +53,7 @@ int parse_count(const char* name, const std::string& v) {
   errno = 0;
   char* end = nullptr;
   const long n = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || end == v.c_str() || *end != '\0' || errno == ERANGE || n < 0 ||
-      n > 1000000) {
+  if (v.empty() || end == v.c_str() || *end != '\0' || errno == ERANGE || n < 0 || n > 1000000) {
     throw invalid_argument_error(quote(name, v) + " is not a non-negative integer");
   }
   return static_cast<int>(n);

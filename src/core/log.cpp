@@ -1,10 +1,10 @@
 #include "distcomm/log.hpp"
 
+#include <strings.h>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <strings.h>
 #include <string>
 
 namespace distcomm {
@@ -13,8 +13,7 @@ namespace {
 int level_from_env() noexcept {
   const char* v = std::getenv("DISTCOMM_LOG");
   if (v == nullptr || *v == '\0') return static_cast<int>(log_level::warn);
-  const log_level levels[] = {log_level::error, log_level::warn, log_level::info,
-                              log_level::debug};
+  const log_level levels[] = {log_level::error, log_level::warn, log_level::info, log_level::debug};
   for (log_level l : levels) {
     if (strcasecmp(v, to_string(l)) == 0) return static_cast<int>(l);
   }

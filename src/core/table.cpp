@@ -92,10 +92,10 @@ algo_table::algo_table(std::vector<algo_range> ranges) : ranges_(std::move(range
     }
     if (i > 0 && ranges_[i].lo < ranges_[i - 1].hi) {
       throw invalid_argument_error(
-          std::string("algorithm table: ranges overlap: ") + distcomm::to_string(ranges_[i - 1].algo) +
-          ":" + format_bytes(ranges_[i - 1].lo) + "-" + format_bytes(ranges_[i - 1].hi) + " and " +
-          distcomm::to_string(ranges_[i].algo) + ":" + format_bytes(ranges_[i].lo) + "-" +
-          format_bytes(ranges_[i].hi));
+          std::string("algorithm table: ranges overlap: ") +
+          distcomm::to_string(ranges_[i - 1].algo) + ":" + format_bytes(ranges_[i - 1].lo) + "-" +
+          format_bytes(ranges_[i - 1].hi) + " and " + distcomm::to_string(ranges_[i].algo) + ":" +
+          format_bytes(ranges_[i].lo) + "-" + format_bytes(ranges_[i].hi));
     }
   }
 }

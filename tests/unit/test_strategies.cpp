@@ -9,8 +9,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "distcomm/distcomm.hpp"
@@ -97,7 +97,8 @@ double input(int rank, std::size_t i, dc::dtype t, dc::reduce_op op) {
   const double u = static_cast<double>(h % 2001) / 1000.0 - 1.0;  // [-1, 1]
   if (dc::is_floating_point(t)) return op == dc::reduce_op::prod ? 1.0 + 0.1 * u : u * 4.0;
   const auto k = static_cast<std::int64_t>(h % 7) - 3;  // [-3, 3]
-  if (t == dc::dtype::u8) return static_cast<double>(op == dc::reduce_op::prod ? 1 + h % 3 : h % 40);
+  if (t == dc::dtype::u8)
+    return static_cast<double>(op == dc::reduce_op::prod ? 1 + h % 3 : h % 40);
   return static_cast<double>(k);
 }
 
@@ -158,13 +159,11 @@ struct ops {
 
 template <class Comm>
 ops erase(Comm& c) {
-  return ops{[&c](dc::tensor_view i, dc::tensor_view o, dc::reduce_op op) { c.allreduce(i, o, op); },
-             [&c](dc::tensor_view i, dc::tensor_view o, dc::reduce_op op) {
-               c.reduce_scatter(i, o, op);
-             },
-             [&c](dc::tensor_view i, dc::tensor_view o) { c.allgather(i, o); },
-             [&c](dc::tensor_view d, int root) { c.broadcast(d, root); },
-             [&c] { c.barrier(); }};
+  return ops{
+      [&c](dc::tensor_view i, dc::tensor_view o, dc::reduce_op op) { c.allreduce(i, o, op); },
+      [&c](dc::tensor_view i, dc::tensor_view o, dc::reduce_op op) { c.reduce_scatter(i, o, op); },
+      [&c](dc::tensor_view i, dc::tensor_view o) { c.allgather(i, o); },
+      [&c](dc::tensor_view d, int root) { c.broadcast(d, root); }, [&c] { c.barrier(); }};
 }
 
 template <class S>
@@ -337,7 +336,8 @@ void allreduce_cases(int p, strat s, const std::vector<ar_case>& cases, const dc
   std::vector<const std::vector<unsigned char>*> inputs;
   for (int r = 0; r < p; ++r) {
     for (const ar_case& c : cases) {
-      const auto key = std::make_tuple(r, static_cast<int>(c.type), static_cast<int>(c.op), c.count);
+      const auto key =
+          std::make_tuple(r, static_cast<int>(c.type), static_cast<int>(c.op), c.count);
       auto it = refs.inputs.find(key);
       if (it == refs.inputs.end()) {
         it = refs.inputs.emplace(key, make_input(r, c.count, c.type, c.op)).first;
@@ -484,8 +484,8 @@ TEST_CASE("reduce_scatter, allgather, broadcast, barrier on every strategy") {
           auto& keep = got[static_cast<std::size_t>(r)];
           for (dc::dtype t : dc::all_dtypes) {
             const std::size_t es = dc::dtype_size(t);
-            for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7},
-                                      seg_bytes / es + 1}) {
+            for (std::size_t count :
+                 {std::size_t{0}, std::size_t{1}, std::size_t{7}, seg_bytes / es + 1}) {
               for (dc::reduce_op op : dc::all_reduce_ops) {
                 auto in = make_input(r, count * pp, t, op);
                 std::vector<unsigned char> res(count * es + 1, 0);
@@ -516,8 +516,8 @@ TEST_CASE("reduce_scatter, allgather, broadcast, barrier on every strategy") {
           std::size_t k = 0;
           for (dc::dtype t : dc::all_dtypes) {
             const std::size_t es = dc::dtype_size(t);
-            for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7},
-                                      seg_bytes / es + 1}) {
+            for (std::size_t count :
+                 {std::size_t{0}, std::size_t{1}, std::size_t{7}, seg_bytes / es + 1}) {
               CAPTURE(deterministic);
               CAPTURE(p);
               CAPTURE(r);
@@ -537,8 +537,8 @@ TEST_CASE("reduce_scatter, allgather, broadcast, barrier on every strategy") {
                   const bool ok =
                       exact ? v == ref
                             : std::fabs(v - ref) <= (p + 1) * unit_roundoff(t) * mag + 1e-300;
-                  CHECK_MESSAGE(ok, "reduce_scatter element " << i << " got " << v << " want "
-                                                              << ref);
+                  CHECK_MESSAGE(ok,
+                                "reduce_scatter element " << i << " got " << v << " want " << ref);
                 }
               }
               const auto& all = keep[k++];

@@ -31,8 +31,8 @@ struct local_op {
   std::string error;  // written before state becomes `failed`
 
   std::string describe() const {
-    return std::string(is_send ? "send of " : "receive of ") + std::to_string(bytes) +
-           " bytes " + (is_send ? "to" : "from") + " rank " + std::to_string(peer) + " (tag " +
+    return std::string(is_send ? "send of " : "receive of ") + std::to_string(bytes) + " bytes " +
+           (is_send ? "to" : "from") + " rank " + std::to_string(peer) + " (tag " +
            std::to_string(tag) + ")";
   }
 };
@@ -52,8 +52,11 @@ struct rank_signal {
 
 struct local_world_state {
   explicit local_world_state(int n)
-      : size(n), in_ptrs(static_cast<std::size_t>(n)), out_ptrs(static_cast<std::size_t>(n)),
-        arrival(static_cast<std::size_t>(n), 0), left(static_cast<std::size_t>(n), 0) {
+      : size(n),
+        in_ptrs(static_cast<std::size_t>(n)),
+        out_ptrs(static_cast<std::size_t>(n)),
+        arrival(static_cast<std::size_t>(n), 0),
+        left(static_cast<std::size_t>(n), 0) {
     for (int i = 0; i < n; ++i) {
       boxes.push_back(std::make_unique<mailbox>());
       signals.push_back(std::make_unique<rank_signal>());
@@ -61,7 +64,7 @@ struct local_world_state {
   }
 
   int size;
-  std::vector<std::unique_ptr<mailbox>> boxes;       // by destination rank
+  std::vector<std::unique_ptr<mailbox>> boxes;        // by destination rank
   std::vector<std::unique_ptr<rank_signal>> signals;  // by owner rank
 
   std::atomic<bool> aborted{false};
@@ -99,12 +102,11 @@ struct local_world_state {
   // Copies one matched pair outside any lock. Both ops are in state `copying`.
   void transfer(local_op& send, local_op& recv) {
     if (send.bytes != recv.bytes) {
-      const std::string msg = "local: size mismatch between rank " + std::to_string(send.owner) +
-                              " sending " + std::to_string(send.bytes) + " bytes and rank " +
-                              std::to_string(recv.owner) + " expecting " +
-                              std::to_string(recv.bytes) + " bytes (tag " +
-                              std::to_string(send.tag) +
-                              "): the ranks called different collectives or sizes";
+      const std::string msg =
+          "local: size mismatch between rank " + std::to_string(send.owner) + " sending " +
+          std::to_string(send.bytes) + " bytes and rank " + std::to_string(recv.owner) +
+          " expecting " + std::to_string(recv.bytes) + " bytes (tag " + std::to_string(send.tag) +
+          "): the ranks called different collectives or sizes";
       send.error = msg;
       recv.error = msg;
       finish(send, failed);
@@ -176,7 +178,8 @@ void local_request::cancel() noexcept {
   if (!op_) return;
   local_op& op = *op_;
   if (op.state.load(std::memory_order_acquire) == detail::queued) {
-    detail::mailbox& box = *world_->boxes[static_cast<std::size_t>(op.is_send ? op.peer : op.owner)];
+    detail::mailbox& box =
+        *world_->boxes[static_cast<std::size_t>(op.is_send ? op.peer : op.owner)];
     std::lock_guard<std::mutex> lk(box.mu);
     if (op.state.load(std::memory_order_relaxed) == detail::queued) {
       auto& q = op.is_send ? box.sends : box.recvs;
@@ -398,10 +401,10 @@ void local_backend::native_allreduce(const void* in, void* out, std::size_t coun
     if (q == rank_) continue;
     const block b = partition(count, static_cast<std::size_t>(p), static_cast<std::size_t>(q));
     if (b.count == 0) continue;
-    std::memcpy(my_out + b.begin * es,
-                static_cast<const unsigned char*>(outputs[static_cast<std::size_t>(q)]) +
-                    b.begin * es,
-                b.count * es);
+    std::memcpy(
+        my_out + b.begin * es,
+        static_cast<const unsigned char*>(outputs[static_cast<std::size_t>(q)]) + b.begin * es,
+        b.count * es);
   }
   sync("native allreduce", until);
 }

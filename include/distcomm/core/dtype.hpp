@@ -66,10 +66,10 @@ constexpr const char* to_string(dtype t) noexcept {
 template <class T>
 struct dtype_traits;
 
-#define DISTCOMM_DTYPE_TRAIT(type, tag)              \
-  template <>                                        \
-  struct dtype_traits<type> {                        \
-    static constexpr dtype value = dtype::tag;       \
+#define DISTCOMM_DTYPE_TRAIT(type, tag)        \
+  template <>                                  \
+  struct dtype_traits<type> {                  \
+    static constexpr dtype value = dtype::tag; \
   };
 
 DISTCOMM_DTYPE_TRAIT(f16, f16)

@@ -18,7 +18,7 @@ class span {
   span(std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}  // NOLINT
   template <class U, class A>
   span(const std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}  // NOLINT
-  span(std::initializer_list<std::remove_const_t<T>> l) noexcept  // NOLINT
+  span(std::initializer_list<std::remove_const_t<T>> l) noexcept                   // NOLINT
       : data_(l.begin()), size_(l.size()) {}
 
   constexpr T* begin() const noexcept { return data_; }

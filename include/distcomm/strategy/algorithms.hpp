@@ -36,8 +36,8 @@ inline void finish_avg(void* data, std::size_t count, const reduce_args& a, int 
 // to the right neighbour as soon as it is reduced, while later segments are still arriving.
 // At step s rank r sends chunk r-s-1 and receives chunk r-s-2, so the last chunk it reduces is r.
 template <class B>
-void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count,
-                         const reduce_args& a, scratch& s) {
+void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count, const reduce_args& a,
+                         scratch& s) {
   using request = typename B::request;
   const int p = b.size();
   const int r = b.rank();
@@ -53,19 +53,23 @@ void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count,
   unsigned char* buf[2];
   buf[0] = s.get(2 * max_chunk * es + 1);
   buf[1] = buf[0] + max_chunk * es;
-  const auto chunk = [&](int c) { return partition(count, pp, static_cast<std::size_t>(mod(c, p))); };
-  const auto len = [&](const block& c, std::size_t k) { return std::min(a.seg, c.count - k * a.seg); };
+  const auto chunk = [&](int c) {
+    return partition(count, pp, static_cast<std::size_t>(mod(c, p)));
+  };
+  const auto len = [&](const block& c, std::size_t k) {
+    return std::min(a.seg, c.count - k * a.seg);
+  };
 
   std::vector<request> recvs, next_recvs, sends, next_sends;
   const block first_recv = chunk(r - 2);
   for (std::size_t k = 0; k < segments_of(first_recv.count, a.seg); ++k) {
-    recvs.push_back(b.irecv(buf[0] + k * a.seg * es, len(first_recv, k) * es, left,
-                            tag_ring_reduce_scatter));
+    recvs.push_back(
+        b.irecv(buf[0] + k * a.seg * es, len(first_recv, k) * es, left, tag_ring_reduce_scatter));
   }
   const block first_send = chunk(r - 1);
   for (std::size_t k = 0; k < segments_of(first_send.count, a.seg); ++k) {
-    sends.push_back(b.isend(bytes_at(in, first_send.begin + k * a.seg, es),
-                            len(first_send, k) * es, right, tag_ring_reduce_scatter));
+    sends.push_back(b.isend(bytes_at(in, first_send.begin + k * a.seg, es), len(first_send, k) * es,
+                            right, tag_ring_reduce_scatter));
   }
   const int steps = p - 1;
   for (int st = 0; st < steps; ++st) {
@@ -80,8 +84,8 @@ void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count,
     // still be reading: wait for the send of the same segment first.
     const auto post_next_recv = [&](std::size_t k) {
       if (k < sends.size()) sends[k].wait(a.until);
-      next_recvs.push_back(b.irecv(nb + k * a.seg * es, len(nc, k) * es, left,
-                                   tag_ring_reduce_scatter));
+      next_recvs.push_back(
+          b.irecv(nb + k * a.seg * es, len(nc, k) * es, left, tag_ring_reduce_scatter));
     };
     for (std::size_t k = 0; k < n_this; ++k) {
       const std::size_t n = len(c, k);
@@ -108,8 +112,7 @@ void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count,
 // block; on return every chunk does. All receives target distinct chunks, so they are posted up
 // front and each segment is forwarded as soon as it lands.
 template <class B>
-void ring_allgather(B& b, void* out, std::size_t count, dtype t, std::size_t seg,
-                    deadline until) {
+void ring_allgather(B& b, void* out, std::size_t count, dtype t, std::size_t seg, deadline until) {
   using request = typename B::request;
   const int p = b.size();
   const int r = b.rank();
@@ -118,7 +121,9 @@ void ring_allgather(B& b, void* out, std::size_t count, dtype t, std::size_t seg
   const auto pp = static_cast<std::size_t>(p);
   const int right = mod(r + 1, p);
   const int left = mod(r - 1, p);
-  const auto chunk = [&](int c) { return partition(count, pp, static_cast<std::size_t>(mod(c, p))); };
+  const auto chunk = [&](int c) {
+    return partition(count, pp, static_cast<std::size_t>(mod(c, p)));
+  };
   const auto len = [&](const block& c, std::size_t k) { return std::min(seg, c.count - k * seg); };
 
   std::vector<request> recvs, sends;
@@ -131,8 +136,8 @@ void ring_allgather(B& b, void* out, std::size_t count, dtype t, std::size_t seg
   }
   const block own = chunk(r);
   for (std::size_t k = 0; k < segments_of(own.count, seg); ++k) {
-    sends.push_back(
-        b.isend(bytes_at(out, own.begin + k * seg, es), len(own, k) * es, right, tag_ring_allgather));
+    sends.push_back(b.isend(bytes_at(out, own.begin + k * seg, es), len(own, k) * es, right,
+                            tag_ring_allgather));
   }
   std::size_t next = 0;  // index into recvs
   for (int st = 0; st < p - 1; ++st) {
@@ -148,6 +153,48 @@ void ring_allgather(B& b, void* out, std::size_t count, dtype t, std::size_t seg
   }
   recvs.clear();
   wait_all(sends, until);
+}
+
+// Receives `count` elements from every other rank (with `tag`, segment by segment, two slots per
+// peer so segment k+2 lands while k is folded), folds them with this rank's `own` in rank order
+// into `dst`, finishes avg, and calls done(segment, elements) after each segment. The receiving
+// half of both the ordered reduce-scatter and a parameter server.
+template <class B, class Done>
+void gather_fold(B& b, const void* own, void* dst, std::size_t count, tag_t tag,
+                 const reduce_args& a, scratch& s, Done&& done) {
+  using request = typename B::request;
+  const int p = b.size();
+  const int r = b.rank();
+  const std::size_t es = dtype_size(a.type);
+  const auto pp = static_cast<std::size_t>(p);
+  const std::size_t slot_bytes = a.seg * es;
+  unsigned char* slots = s.get(2 * pp * slot_bytes + 1);
+  const auto slot = [&](std::size_t k, int q) {
+    return slots + ((k % 2) * pp + static_cast<std::size_t>(q)) * slot_bytes;
+  };
+  const auto len = [&](std::size_t k) { return std::min(a.seg, count - k * a.seg); };
+  const std::size_t nseg = segments_of(count, a.seg);
+  std::vector<request> recvs[2];
+  const auto post = [&](std::size_t k) {
+    for (int q = 0; q < p; ++q) {
+      if (q != r) recvs[k % 2].push_back(b.irecv(slot(k, q), len(k) * es, q, tag));
+    }
+  };
+  for (std::size_t k = 0; k < std::min<std::size_t>(2, nseg); ++k) post(k);
+  std::vector<const void*> inputs(pp);
+  for (std::size_t k = 0; k < nseg; ++k) {
+    const std::size_t n = len(k);
+    wait_all(recvs[k % 2], a.until);
+    for (int q = 0; q < p; ++q) {
+      inputs[static_cast<std::size_t>(q)] =
+          q == r ? static_cast<const void*>(bytes_at(own, k * a.seg, es)) : slot(k, q);
+    }
+    unsigned char* out = bytes_at(dst, k * a.seg, es);
+    fold(out, inputs.data(), pp, n, a.type, a.op);
+    finish_avg(out, n, a, p);
+    if (k + 2 < nseg) post(k + 2);
+    done(out, n);
+  }
 }
 
 // Reduce-scatter in which chunk r is reduced by rank r alone, in rank order (fold), from the
@@ -166,42 +213,20 @@ void ordered_reduce_scatter(B& b, const void* in, void* owned, std::size_t count
     copy_elems(owned, in, count, a.type);
     return;
   }
-  const auto len = [&](const block& c, std::size_t k) { return std::min(a.seg, c.count - k * a.seg); };
+  const auto len = [&](const block& c, std::size_t k) {
+    return std::min(a.seg, c.count - k * a.seg);
+  };
   std::vector<request> sends;
   for (int d = 1; d < p; ++d) {
     const int q = mod(r + d, p);
     const block c = partition(count, pp, static_cast<std::size_t>(q));
     for (std::size_t k = 0; k < segments_of(c.count, a.seg); ++k) {
-      sends.push_back(b.isend(bytes_at(in, c.begin + k * a.seg, es), len(c, k) * es, q, tag_ordered));
+      sends.push_back(
+          b.isend(bytes_at(in, c.begin + k * a.seg, es), len(c, k) * es, q, tag_ordered));
     }
   }
-  // Two slots per peer: segment k+2 lands while segment k is folded.
-  const std::size_t slot_bytes = a.seg * es;
-  unsigned char* slots = s.get(2 * pp * slot_bytes + 1);
-  const auto slot = [&](std::size_t k, int q) {
-    return slots + ((k % 2) * pp + static_cast<std::size_t>(q)) * slot_bytes;
-  };
-  const std::size_t nseg = segments_of(mine.count, a.seg);
-  std::vector<request> recvs[2];
-  const auto post = [&](std::size_t k) {
-    for (int q = 0; q < p; ++q) {
-      if (q != r) recvs[k % 2].push_back(b.irecv(slot(k, q), len(mine, k) * es, q, tag_ordered));
-    }
-  };
-  for (std::size_t k = 0; k < std::min<std::size_t>(2, nseg); ++k) post(k);
-  std::vector<const void*> inputs(pp);
-  for (std::size_t k = 0; k < nseg; ++k) {
-    const std::size_t n = len(mine, k);
-    wait_all(recvs[k % 2], a.until);
-    for (int q = 0; q < p; ++q) {
-      inputs[static_cast<std::size_t>(q)] =
-          q == r ? static_cast<const void*>(bytes_at(in, mine.begin + k * a.seg, es)) : slot(k, q);
-    }
-    unsigned char* dst = bytes_at(owned, k * a.seg, es);
-    fold(dst, inputs.data(), pp, n, a.type, a.op);
-    finish_avg(dst, n, a, p);
-    if (k + 2 < nseg) post(k + 2);
-  }
+  gather_fold(b, bytes_at(in, mine.begin, es), owned, mine.count, tag_ordered, a, s,
+              [](const unsigned char*, std::size_t) {});
   wait_all(sends, a.until);
 }
 
@@ -335,7 +360,6 @@ void ps_allreduce(B& b, const void* in, void* out, std::size_t count, int k, con
   const int p = b.size();
   const int r = b.rank();
   const std::size_t es = dtype_size(a.type);
-  const auto pp = static_cast<std::size_t>(p);
   if (p == 1) {
     copy_elems(out, in, count, a.type);
     return;
@@ -343,7 +367,9 @@ void ps_allreduce(B& b, const void* in, void* out, std::size_t count, int k, con
   const auto shard = [&](int j) {
     return partition(count, static_cast<std::size_t>(k), static_cast<std::size_t>(j));
   };
-  const auto len = [&](const block& c, std::size_t m) { return std::min(a.seg, c.count - m * a.seg); };
+  const auto len = [&](const block& c, std::size_t m) {
+    return std::min(a.seg, c.count - m * a.seg);
+  };
 
   // 1. Push every shard this rank does not serve to its server. Posted before any wait, so no
   //    server can be left waiting on a push that was never sent.
@@ -352,42 +378,20 @@ void ps_allreduce(B& b, const void* in, void* out, std::size_t count, int k, con
     if (j == r) continue;
     const block c = shard(j);
     for (std::size_t m = 0; m < segments_of(c.count, a.seg); ++m) {
-      pushes.push_back(b.isend(bytes_at(in, c.begin + m * a.seg, es), len(c, m) * es, j, tag_ps_push));
+      pushes.push_back(
+          b.isend(bytes_at(in, c.begin + m * a.seg, es), len(c, m) * es, j, tag_ps_push));
     }
   }
   // 2. Serve: reduce the own shard segment by segment and send each result back at once.
   std::vector<request> results;
   if (r < k) {
     const block c = shard(r);
-    const std::size_t nseg = segments_of(c.count, a.seg);
-    const std::size_t slot_bytes = a.seg * es;
-    unsigned char* slots = s.get(2 * pp * slot_bytes + 1);
-    const auto slot = [&](std::size_t m, int q) {
-      return slots + ((m % 2) * pp + static_cast<std::size_t>(q)) * slot_bytes;
-    };
-    std::vector<request> recvs[2];
-    const auto post = [&](std::size_t m) {
-      for (int q = 0; q < p; ++q) {
-        if (q != r) recvs[m % 2].push_back(b.irecv(slot(m, q), len(c, m) * es, q, tag_ps_push));
-      }
-    };
-    for (std::size_t m = 0; m < std::min<std::size_t>(2, nseg); ++m) post(m);
-    std::vector<const void*> inputs(pp);
-    for (std::size_t m = 0; m < nseg; ++m) {
-      const std::size_t n = len(c, m);
-      wait_all(recvs[m % 2], a.until);
-      for (int q = 0; q < p; ++q) {
-        inputs[static_cast<std::size_t>(q)] =
-            q == r ? static_cast<const void*>(bytes_at(in, c.begin + m * a.seg, es)) : slot(m, q);
-      }
-      unsigned char* dst = bytes_at(out, c.begin + m * a.seg, es);
-      fold(dst, inputs.data(), pp, n, a.type, a.op);
-      finish_avg(dst, n, a, p);
-      if (m + 2 < nseg) post(m + 2);
-      for (int q = 0; q < p; ++q) {
-        if (q != r) results.push_back(b.isend(dst, n * es, q, tag_ps_pull));
-      }
-    }
+    gather_fold(b, bytes_at(in, c.begin, es), bytes_at(out, c.begin, es), c.count, tag_ps_push, a,
+                s, [&](const unsigned char* seg, std::size_t n) {
+                  for (int q = 0; q < p; ++q) {
+                    if (q != r) results.push_back(b.isend(seg, n * es, q, tag_ps_pull));
+                  }
+                });
   }
   // 3. Pull the reduced shards. A segment's result is received only after its push completed,
   //    since in place the two share a buffer.

@@ -11,8 +11,8 @@
 #include "distcomm/strategy/native.hpp"
 #include "distcomm/strategy/parameter_server.hpp"
 #include "distcomm/strategy/ring.hpp"
-#include "distcomm/strategy/tree.hpp"
 #include "distcomm/strategy/table.hpp"
+#include "distcomm/strategy/tree.hpp"
 
 namespace distcomm::strategy {
 

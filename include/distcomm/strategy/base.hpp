@@ -32,8 +32,7 @@ class p2p_base {
 
   // in: send_count elements; out: send_count * size elements, rank order.
   template <class B>
-  void allgather(B& b, const void* in, void* out, std::size_t send_count, dtype t,
-                 deadline until) {
+  void allgather(B& b, const void* in, void* out, std::size_t send_count, dtype t, deadline until) {
     const std::size_t es = dtype_size(t);
     detail::copy_elems(detail::bytes_at(out, static_cast<std::size_t>(b.rank()) * send_count, es),
                        in, send_count, t);
@@ -43,8 +42,7 @@ class p2p_base {
 
   template <class B>
   void broadcast(B& b, void* data, std::size_t count, dtype t, int root, deadline until) {
-    detail::tree_broadcast(b, data, count, t, root,
-                           bounded_seg(t, count), until);
+    detail::tree_broadcast(b, data, count, t, root, bounded_seg(t, count), until);
   }
 
   template <class B>
@@ -61,17 +59,18 @@ class p2p_base {
     return std::max<std::size_t>(1, std::min(detail::segment_elems(segment_bytes_, t), count));
   }
 
-  detail::reduce_args args(dtype t, reduce_op op, std::size_t count, deadline until) const noexcept {
+  detail::reduce_args args(dtype t, reduce_op op, std::size_t count,
+                           deadline until) const noexcept {
     return detail::reduce_args{t, op, bounded_seg(t, count), until};
   }
 
   // Deterministic allreduce: rank-order reduce-scatter, then ring allgather.
   template <class B>
-  void ordered_allreduce(B& b, const void* in, void* out, std::size_t count, dtype t,
-                         reduce_op op, deadline until) {
+  void ordered_allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
+                         deadline until) {
     const auto a = args(t, op, count, until);
-    const block mine = partition(count, static_cast<std::size_t>(b.size()),
-                                 static_cast<std::size_t>(b.rank()));
+    const block mine =
+        partition(count, static_cast<std::size_t>(b.size()), static_cast<std::size_t>(b.rank()));
     detail::ordered_reduce_scatter(b, in, detail::bytes_at(out, mine.begin, dtype_size(t)), count,
                                    a, scratch_);
     detail::ring_allgather(b, out, count, t, a.seg, until);

@@ -34,7 +34,7 @@ class scratch {
  public:
   unsigned char* get(std::size_t bytes) {
     if (bytes > size_) {
-      data_.reset(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t{64})));
+      data_.reset(static_cast<unsigned char*>(::operator new (bytes, std::align_val_t{64})));
       size_ = bytes;
     }
     return data_.get();
@@ -43,7 +43,9 @@ class scratch {
 
  private:
   struct deleter {
-    void operator()(unsigned char* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(unsigned char* p) const noexcept {
+      ::operator delete (p, std::align_val_t{64});
+    }
   };
   std::unique_ptr<unsigned char, deleter> data_;
   std::size_t size_ = 0;

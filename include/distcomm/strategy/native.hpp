@@ -43,8 +43,7 @@ class native {
   }
 
   template <class B>
-  void allgather(B& b, const void* in, void* out, std::size_t send_count, dtype t,
-                 deadline until) {
+  void allgather(B& b, const void* in, void* out, std::size_t send_count, dtype t, deadline until) {
     if constexpr (distcomm::detail::has_native_allgather<B>::value) {
       b.native_allgather(in, out, send_count, t, until);
     } else {

@@ -24,9 +24,7 @@ class parameter_server : public p2p_base {
   }
 
   // Server ranks used in a world of `size` ranks.
-  int servers(int size) const noexcept {
-    return servers_ == 0 ? size : std::min(servers_, size);
-  }
+  int servers(int size) const noexcept { return servers_ == 0 ? size : std::min(servers_, size); }
 
   template <class B>
   void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,

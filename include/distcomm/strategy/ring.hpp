@@ -16,8 +16,8 @@ class ring : public p2p_base {
                  deadline until) {
     if (deterministic_) return ordered_allreduce(b, in, out, count, t, op, until);
     const auto a = args(t, op, count, until);
-    const block mine = partition(count, static_cast<std::size_t>(b.size()),
-                                 static_cast<std::size_t>(b.rank()));
+    const block mine =
+        partition(count, static_cast<std::size_t>(b.size()), static_cast<std::size_t>(b.rank()));
     detail::ring_reduce_scatter(b, in, detail::bytes_at(out, mine.begin, dtype_size(t)), count, a,
                                 scratch_);
     detail::ring_allgather(b, out, count, t, a.seg, until);

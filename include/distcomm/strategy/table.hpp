@@ -17,7 +17,7 @@ const char* to_string(algorithm a) noexcept;
 
 struct algo_range {
   algorithm algo = algorithm::ring;
-  std::size_t lo = 0;                                     // inclusive, bytes
+  std::size_t lo = 0;                                        // inclusive, bytes
   std::size_t hi = std::numeric_limits<std::size_t>::max();  // exclusive, bytes; max = unbounded
 };
 

@@ -74,8 +74,7 @@ class local_backend {
                         deadline until);
   void native_reduce_scatter(const void* in, void* out, std::size_t recv_count, dtype t,
                              reduce_op op, deadline until);
-  void native_allgather(const void* in, void* out, std::size_t send_count, dtype t,
-                        deadline until);
+  void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_barrier(deadline until);
 
