@@ -4,7 +4,6 @@
 # exported and advertised to consumers.
 include_guard(GLOBAL)
 
-option(DISTCOMM_INSTALL "Generate DistComm's install rules" ${DISTCOMM_TOP_LEVEL})
 if(NOT DISTCOMM_INSTALL)
   return()
 endif()

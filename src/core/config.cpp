@@ -72,17 +72,6 @@ bool parse_bool(const char* name, const std::string& value) {
                                " is not a boolean (use 1/0, true/false, yes/no, on/off)");
 }
 
-std::string format_size(std::size_t b) {
-  if (b == std::numeric_limits<std::size_t>::max()) return "max";
-  const char* suffix[] = {"", "K", "M", "G"};
-  int i = 0;
-  while (i < 3 && b != 0 && b % 1024 == 0) {
-    b /= 1024;
-    ++i;
-  }
-  return std::to_string(b) + suffix[i];
-}
-
 }  // namespace
 
 const std::vector<setting_info>& settings() { return setting_rows; }
@@ -144,8 +133,8 @@ config config::from_env(const env_lookup& getenv) {
 std::string config::to_string() const {
   std::ostringstream os;
   os << "DISTCOMM_TIMEOUT=" << timeout.count() << '\n'
-     << "DISTCOMM_FUSION_THRESHOLD=" << format_size(fusion_threshold) << '\n'
-     << "DISTCOMM_SEGMENT_SIZE=" << format_size(segment_bytes) << '\n'
+     << "DISTCOMM_FUSION_THRESHOLD=" << format_bytes(fusion_threshold) << '\n'
+     << "DISTCOMM_SEGMENT_SIZE=" << format_bytes(segment_bytes) << '\n'
      << "DISTCOMM_PS_SERVERS=" << ps_servers << '\n'
      << "DISTCOMM_ALGO=" << (algo.empty() ? std::string("(built-in)") : algo.to_string()) << '\n'
      << "DISTCOMM_DETERMINISTIC=" << (deterministic ? 1 : 0) << '\n'

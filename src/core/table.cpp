@@ -25,17 +25,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string format_bytes(std::size_t b) {
-  if (b == unbounded) return "max";
-  const char* suffix[] = {"", "K", "M", "G"};
-  int i = 0;
-  while (i < 3 && b != 0 && b % 1024 == 0) {
-    b /= 1024;
-    ++i;
-  }
-  return std::to_string(b) + suffix[i];
-}
-
 }  // namespace
 
 const char* to_string(algorithm a) noexcept {
@@ -50,6 +39,17 @@ const char* to_string(algorithm a) noexcept {
       return "native";
   }
   return "invalid-algorithm";
+}
+
+std::string format_bytes(std::size_t b) {
+  if (b == unbounded) return "max";
+  const char* suffix[] = {"", "K", "M", "G"};
+  int i = 0;
+  while (i < 3 && b != 0 && b % 1024 == 0) {
+    b /= 1024;
+    ++i;
+  }
+  return std::to_string(b) + suffix[i];
 }
 
 std::size_t parse_bytes(const std::string& text, const std::string& source) {

@@ -46,4 +46,7 @@ class algo_table {
 // `max`. Throws invalid_argument_error naming `source` when the text is not a size.
 std::size_t parse_bytes(const std::string& text, const std::string& source);
 
+// The inverse of parse_bytes: `64K`, `1M`, `4097`, `max` (SIZE_MAX).
+std::string format_bytes(std::size_t bytes);
+
 }  // namespace distcomm
