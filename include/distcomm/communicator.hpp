@@ -15,6 +15,7 @@
 #include "distcomm/core/span.hpp"
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/fusion/buffer.hpp"
+#include "distcomm/log.hpp"
 #include "distcomm/strategy/automatic.hpp"
 
 namespace distcomm {
@@ -30,7 +31,9 @@ class communicator {
       : backend_(std::move(backend)),
         config_(std::move(cfg)),
         strategy_(config_),
-        fusion_(config_) {}
+        fusion_(config_) {
+    set_log_level(config_.log);  // DISTCOMM_LOG is read with the rest of the configuration
+  }
 
   int rank() const { return backend_.rank(); }
   int size() const { return backend_.size(); }

@@ -1,5 +1,5 @@
-// Minimal leveled logging to stderr, controlled by DISTCOMM_LOG (error, warn, info, debug).
-// Lines look like `[distcomm warn] ...`; the level is read once, at first use.
+// Minimal leveled logging to stderr. Lines look like `[distcomm warn] ...`. The level is process
+// wide: warn until a communicator applies its config's DISTCOMM_LOG, or set_log_level() is called.
 #pragma once
 
 #include <string>
@@ -10,7 +10,7 @@ enum class log_level { error = 0, warn = 1, info = 2, debug = 3 };
 
 const char* to_string(log_level l) noexcept;
 
-// The active level (DISTCOMM_LOG at first use, or what set_log_level chose).
+// The active level.
 log_level current_log_level() noexcept;
 void set_log_level(log_level l) noexcept;
 

@@ -1,28 +1,14 @@
 #include "distcomm/log.hpp"
 
-#include <strings.h>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 namespace distcomm {
 namespace {
 
-int level_from_env() noexcept {
-  const char* v = std::getenv("DISTCOMM_LOG");
-  if (v == nullptr || *v == '\0') return static_cast<int>(log_level::warn);
-  const log_level levels[] = {log_level::error, log_level::warn, log_level::info, log_level::debug};
-  for (log_level l : levels) {
-    if (strcasecmp(v, to_string(l)) == 0) return static_cast<int>(l);
-  }
-  // config::from_env rejects bad values loudly; logging itself must never throw.
-  return static_cast<int>(log_level::warn);
-}
-
 std::atomic<int>& level_storage() noexcept {
-  static std::atomic<int> level{level_from_env()};
+  static std::atomic<int> level{static_cast<int>(log_level::warn)};
   return level;
 }
 
