@@ -14,6 +14,14 @@ DISTCOMM_PACKAGES=(
   nlohmann-json3-dev
   libcli11-dev
   libbenchmark-dev
+  libssl-dev
+  clang
+  libclang-rt-14-dev
+  openmpi-bin
+  libopenmpi-dev
+  mpich
+  slurm-wlm
+  munge
 )
 
 DISTCOMM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

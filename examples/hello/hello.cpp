@@ -1,5 +1,10 @@
 // distcomm-hello: every rank contributes rank+1 to an allreduce and checks the sum.
-//   distcomm-hello --np 4 --strategy ring --count 1000000
+//   distcomm-hello --np 4 --strategy ring --count 1000000     ranks as threads (local backend)
+//   mpirun -np 2 distcomm-hello                              one rank per process, any launcher
+// Under a launcher (mpirun, srun, distcomm-run, torchrun-style or TF_CONFIG environments) each
+// process finds its rank and the job's store through distcomm::bootstrap(). This build has no
+// multi-process transport yet, so there the sum is computed through the store itself.
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -8,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "distcomm/distcomm.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
 
 namespace {
 
@@ -51,6 +57,24 @@ bool hello_with(const std::string& strategy, Backend backend, const options& o) 
 
 }  // namespace
 
+// One rank of a multi-process job: meet through the store, add rank+1, read the total.
+int hello_job() {
+  const distcomm::config cfg = distcomm::config::from_env();
+  distcomm::job j = distcomm::bootstrap(cfg);
+  const distcomm::world_info& w = j.world;
+  std::int64_t sum = w.rank + 1;
+  if (j.kv) {
+    j.kv->add("hello/sum", w.rank + 1);
+    distcomm::store_barrier(*j.kv, "hello/added", w.rank, w.size);
+    sum = j.kv->add("hello/sum", 0);
+  }
+  const std::int64_t expected = static_cast<std::int64_t>(w.size) * (w.size + 1) / 2;
+  std::printf("rank %d/%d: sum=%lld %s (launcher %s, through the store)\n", w.rank, w.size,
+              static_cast<long long>(sum), sum == expected ? "ok" : "WRONG",
+              distcomm::to_string(w.launcher));
+  return sum == expected ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   options o;
   CLI::App app{"DistComm hello: each rank contributes rank+1 to an allreduce and checks the sum"};
@@ -62,6 +86,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // Started by a launcher and not asked for threads: be one rank of the job.
+    if (app.count("--np") == 0 &&
+        distcomm::detect_world().launcher != distcomm::launcher_kind::none) {
+      return hello_job();
+    }
     bool all_ok = true;
     std::mutex mu;
     distcomm::local_world world(o.np);

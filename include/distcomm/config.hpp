@@ -52,5 +52,8 @@ struct setting_info {
   const char* description;
 };
 const std::vector<setting_info>& settings();
+// The variables that describe the job (rank, master, store, token): read by detect_world() and
+// bootstrap() rather than by config, documented in the same README table.
+const std::vector<setting_info>& rendezvous_settings();
 
 }  // namespace distcomm

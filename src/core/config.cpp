@@ -72,9 +72,27 @@ bool parse_bool(const char* name, const std::string& value) {
                                " is not a boolean (use 1/0, true/false, yes/no, on/off)");
 }
 
+// Read by detect_world() and bootstrap() (docs/RENDEZVOUS.md), not by config.
+const std::vector<setting_info> rendezvous_rows = {
+    {"DISTCOMM_RANK", "(from the launcher)", "This process's rank; overrides the launcher's."},
+    {"DISTCOMM_WORLD_SIZE", "(from the launcher)", "Number of ranks; overrides the launcher's."},
+    {"DISTCOMM_LOCAL_RANK", "(from the launcher)", "Rank among the ranks on this node."},
+    {"DISTCOMM_LOCAL_WORLD_SIZE", "(from the launcher)", "Number of ranks on this node."},
+    {"DISTCOMM_NODE_RANK", "(from the launcher)", "Index of this node."},
+    {"DISTCOMM_MASTER_ADDR", "(from the launcher; 127.0.0.1 on one node)",
+     "Host of rank 0, where the job's store listens."},
+    {"DISTCOMM_MASTER_PORT", "(from the launcher)", "Port of the job's store on rank 0."},
+    {"DISTCOMM_STORE_ADDR", "(unset)",
+     "host:port of a store run by someone else; then no rank hosts one."},
+    {"DISTCOMM_AUTH_TOKEN", "(unset: no authentication)",
+     "Shared secret for the store's HMAC-SHA256 challenge-response; never sent."},
+    {"DISTCOMM_AUTH_TOKEN_FILE", "(unset)", "File holding the token (instead of the variable)."},
+};
+
 }  // namespace
 
 const std::vector<setting_info>& settings() { return setting_rows; }
+const std::vector<setting_info>& rendezvous_settings() { return rendezvous_rows; }
 
 config config::from_env() {
   return from_env([](const char* name) -> const char* { return std::getenv(name); });

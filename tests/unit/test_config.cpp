@@ -252,10 +252,12 @@ TEST_CASE("config: README.md has a table row for every setting") {
   ss << in.rdbuf();
   const std::string readme = ss.str();
   std::set<std::string> documented;
-  for (const setting_info& s : settings()) {
-    CAPTURE(s.name);
-    CHECK_HAS(readme, "| `" + std::string(s.name) + "` |");
-    documented.insert(s.name);
+  for (const auto* table : {&settings(), &rendezvous_settings()}) {
+    for (const setting_info& s : *table) {
+      CAPTURE(s.name);
+      CHECK_HAS(readme, "| `" + std::string(s.name) + "` |");
+      documented.insert(s.name);
+    }
   }
   // And no row documents a variable the library does not read.
   std::istringstream lines(readme);

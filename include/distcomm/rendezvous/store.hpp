@@ -1,0 +1,54 @@
+// The key-value store every backend bootstraps through (exchanging NCCL unique ids, UCX worker
+// addresses, gloo pair addresses). Keys are strings, values bytes. Every call that waits has a
+// deadline (the store's timeout) and fails with timeout_error naming the keys still missing.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace distcomm {
+
+using bytes = std::vector<std::uint8_t>;
+
+// Limits every store enforces (the tcp_store server refuses larger messages), so code tested on
+// hash_store fails in the same place on tcp_store. Larger keys or values: invalid_argument_error.
+inline constexpr std::size_t store_max_key_bytes = 4096;
+inline constexpr std::size_t store_max_value_bytes = std::size_t{16} << 20;
+
+class store {
+ public:
+  virtual ~store() = default;
+
+  // Sets key to value (overwrites).
+  virtual void set(const std::string& key, const bytes& value) = 0;
+  // The value of key, waiting until it is set or the timeout passes.
+  virtual bytes get(const std::string& key) = 0;
+  // Atomically adds delta to the integer stored at key (absent = 0) and returns the new value.
+  // The integer is stored as decimal ASCII text, so get() of a counter reads e.g. "42".
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  // True when every key is set; never waits.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Waits until every key is set, or throws timeout_error naming the keys still missing.
+  virtual void wait(const std::vector<std::string>& keys) = 0;
+  // Sets key to desired if its current value equals expected (absent counts as equal to an empty
+  // expected value); returns the value after the call (empty when the key stays absent).
+  virtual bytes compare_set(const std::string& key, const bytes& expected,
+                            const bytes& desired) = 0;
+
+  std::chrono::duration<double> timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::duration<double> t) noexcept { timeout_ = t; }
+
+ protected:
+  std::chrono::duration<double> timeout_{300.0};
+};
+
+// Every rank of `size` calls it with its rank: returns when all have, or throws timeout_error
+// naming the ranks that never arrived. Keys live under `name/` and are never removed, so each
+// barrier needs a name of its own (e.g. "init", "epoch/3").
+void store_barrier(store& s, const std::string& name, int rank, int size);
+
+}  // namespace distcomm

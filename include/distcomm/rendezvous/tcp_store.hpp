@@ -1,0 +1,110 @@
+// tcp_store: the key-value store over TCP for jobs that span machines. One process hosts a
+// tcp_store_server (rank 0 by default, see make_tcp_store); every rank talks to it through a
+// tcp_store client. With a token (DISTCOMM_AUTH_TOKEN / DISTCOMM_AUTH_TOKEN_FILE) every connection
+// starts with a mutual HMAC-SHA256 challenge-response and the token never crosses the wire.
+// Protocol, limits and threat model: docs/STORE.md.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distcomm/rendezvous/store.hpp"
+#include "distcomm/rendezvous/world.hpp"
+
+namespace distcomm {
+
+// The server: listens on host:port and serves on a thread of its own (poll over every
+// connection; waits are parked and answered when their keys arrive, never blocking the thread).
+// A malformed, truncated or oversized message closes that connection only. Stops in the destructor.
+class tcp_store_server {
+ public:
+  // Connections beyond the limit are refused with an error the client reports.
+  static constexpr std::size_t default_max_connections = 1024;
+
+  // host: a numeric address to listen on ("127.0.0.1", "::1"), "" or "0.0.0.0" / "::" for every
+  // interface, or a name (resolved, first address that binds). port 0 picks a free port.
+  // token: empty for no authentication. rendezvous_error naming address and port when it cannot
+  // listen ("tcp_store: cannot listen on 127.0.0.1:29500: Address already in use").
+  tcp_store_server(const std::string& host, int port, std::string token = {},
+                   std::size_t max_connections = default_max_connections);
+  ~tcp_store_server();
+  tcp_store_server(const tcp_store_server&) = delete;
+  tcp_store_server& operator=(const tcp_store_server&) = delete;
+
+  // The port it listens on (the one picked, when constructed with 0).
+  int port() const noexcept;
+  const std::string& host() const noexcept;
+  // Connections open now (for tests and diagnostics).
+  std::size_t connections() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// The client. Connects in the constructor, retrying with exponential backoff until the timeout
+// passes (the server may start after its clients); every call has a deadline (the store's
+// timeout) and never blocks without one. Calls from several threads are serialised; give each
+// thread its own client when they wait concurrently. After a lost connection or an expired
+// deadline the next call reconnects.
+class tcp_store final : public store {
+ public:
+  tcp_store(std::string host, int port,
+            std::chrono::duration<double> timeout = std::chrono::duration<double>(300.0),
+            std::string token = {});
+  // A client that owns `server` (kept alive as long as this client) and connects to it.
+  tcp_store(std::unique_ptr<tcp_store_server> server, std::string host,
+            std::chrono::duration<double> timeout, std::string token);
+  ~tcp_store() override;
+
+  void set(const std::string& key, const bytes& value) override;
+  bytes get(const std::string& key) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys) override;
+  bytes compare_set(const std::string& key, const bytes& expected, const bytes& desired) override;
+
+  const std::string& host() const noexcept;
+  int port() const noexcept;
+  // The server this client hosts, or nullptr.
+  const tcp_store_server* server() const noexcept { return server_.get(); }
+
+ private:
+  struct impl;
+  std::unique_ptr<tcp_store_server> server_;  // declared first: outlives the connection
+  std::unique_ptr<impl> impl_;
+};
+
+// The store of a job. With is_server (rank 0 when DISTCOMM_STORE_ADDR is not set) this process
+// hosts the server at host:port, listening on that address when host is numeric and on every
+// interface when it is a name (a host name may resolve to a loopback alias on its own machine),
+// and returns a client connected to it; otherwise it returns a client of host:port.
+//
+// DISTCOMM_STORE_ADDR=host:port names a server run by someone else (a launcher, or a process
+// that built a tcp_store_server): then every rank passes is_server = false and that address,
+// and MASTER_ADDR/MASTER_PORT are left to the backends. store_addr_from_env() reads it.
+std::unique_ptr<store> make_tcp_store(const std::string& host, int port, bool is_server,
+                                      std::chrono::duration<double> timeout,
+                                      const std::string& token = {});
+
+struct store_address {
+  std::string host;
+  int port = 0;
+};
+// DISTCOMM_STORE_ADDR as host:port ("10.0.0.1:29500", "node01:29500", "[::1]:29500"), nullopt
+// when unset or empty; rendezvous_error naming the value when it is malformed.
+std::optional<store_address> store_addr_from_env(const env_lookup& getenv);
+
+// The token for store authentication: DISTCOMM_AUTH_TOKEN, else the contents of the file named
+// by DISTCOMM_AUTH_TOKEN_FILE (trailing newlines stripped), else "" (no authentication).
+// rendezvous_error when both are set, when either is set but empty, or when the file cannot be
+// read. Warns (log) when the file is readable by group or others, or the token is short.
+std::string auth_token_from_env(const env_lookup& getenv);
+std::string auth_token_from_env();
+
+}  // namespace distcomm

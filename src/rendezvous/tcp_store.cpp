@@ -1,0 +1,381 @@
+// tcp_store: the client side (connect with retry, handshake, one request at a time with a
+// deadline) and make_tcp_store.
+#include "distcomm/rendezvous/tcp_store.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <openssl/crypto.h>
+
+#include "distcomm/core/error.hpp"
+#include "store_detail.hpp"
+#include "store_protocol.hpp"
+#include "store_socket.hpp"
+
+namespace distcomm {
+
+namespace proto = detail::store_protocol;
+using detail::io_clock;
+using detail::io_result;
+using detail::socket_fd;
+
+namespace {
+
+// Connect retries: first after 10 ms, doubling up to 1 s, each with jitter so a thousand ranks
+// that started together do not knock in lockstep.
+constexpr std::chrono::milliseconds first_retry{10};
+constexpr std::chrono::milliseconds max_retry{1000};
+// get/wait: the server answers `timeout` at the store's deadline; the client waits this much
+// longer for that answer before it concludes the server itself is stuck.
+constexpr std::chrono::milliseconds answer_grace{1000};
+
+std::uint32_t to_ms(std::chrono::duration<double> t) {
+  const double ms = std::ceil(t.count() * 1000.0);
+  if (!(ms > 0)) return 0;
+  return ms >= 4294967295.0 ? 4294967295u : static_cast<std::uint32_t>(ms);
+}
+
+bool is_numeric_address(const std::string& host) {
+  unsigned char buf[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 ||
+         ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+}  // namespace
+
+struct tcp_store::impl {
+  std::string host;
+  int port = 0;
+  std::string token;
+  std::string where;  // host:port for messages
+  std::mutex mutex;
+  socket_fd fd;  // empty while disconnected
+
+  ~impl() { OPENSSL_cleanse(token.data(), token.size()); }
+
+  void connect(io_clock::time_point deadline, std::chrono::duration<double> timeout);
+  void handshake(int s, io_clock::time_point deadline, std::chrono::duration<double> timeout);
+  // Sends r and returns the payload of an `ok` answer; throws for everything else.
+  bytes call(const proto::request& r, std::chrono::duration<double> timeout, const char* who);
+
+  [[noreturn]] void auth_failed(const std::string& why) const {
+    throw rendezvous_error("tcp_store: authentication failed: " + why);
+  }
+};
+
+void tcp_store::impl::connect(io_clock::time_point deadline,
+                              std::chrono::duration<double> timeout) {
+  std::minstd_rand jitter(std::random_device{}());
+  auto backoff = first_retry;
+  std::string why = "no attempt before the deadline";
+  for (;;) {
+    std::string attempt;
+    socket_fd s = detail::try_connect(host, port, deadline, attempt);
+    if (s) {
+      handshake(s.get(), deadline, timeout);
+      fd = std::move(s);
+      return;
+    }
+    // "Connection refused" says more than the time-out of an attempt cut short by the deadline.
+    if (why.rfind("no attempt", 0) == 0 || attempt != "connect timed out") why = attempt;
+    const auto now = io_clock::now();
+    if (now >= deadline) break;
+    const auto pause = std::chrono::duration_cast<io_clock::duration>(
+        backoff * std::uniform_real_distribution<double>(0.5, 1.0)(jitter));
+    std::this_thread::sleep_for(std::min<io_clock::duration>(pause, deadline - now));
+    backoff = std::min(backoff * 2, max_retry);
+  }
+  throw timeout_error("tcp_store: could not connect to the store at " + where + " within " +
+                      detail::format_seconds(timeout) + " (last error: " + why +
+                      "); is the store server (rank 0, or DISTCOMM_STORE_ADDR) running and "
+                      "reachable? (DISTCOMM_TIMEOUT)");
+}
+
+void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
+                                std::chrono::duration<double> timeout) {
+  int err = 0;
+  const auto check_io = [&](io_result r, const char* step) {
+    if (r == io_result::timeout) {
+      throw timeout_error("tcp_store: the store at " + where + " did not finish the handshake (" +
+                          step + ") within " + detail::format_seconds(timeout) +
+                          " (DISTCOMM_TIMEOUT)");
+    }
+    if (r == io_result::closed) {
+      throw rendezvous_error("tcp_store: the store at " + where +
+                             " closed the connection during the handshake (" + step + ")" +
+                             (err ? ": " + detail::errno_text(err) : std::string()));
+    }
+  };
+
+  std::uint8_t greeting_record[proto::greeting_bytes];
+  check_io(detail::recv_all(s, greeting_record, sizeof greeting_record, deadline, err), "greeting");
+  proto::greeting g;
+  if (!proto::decode_greeting(greeting_record, g)) {
+    throw rendezvous_error("tcp_store: " + where +
+                           " is not a DistComm store (it answered with something else); check "
+                           "the address and port");
+  }
+  if (g.status == proto::handshake_status::too_many_connections) {
+    throw rendezvous_error("tcp_store: the store at " + where +
+                           " refused the connection: it already serves as many connections as "
+                           "its limit allows (tcp_store_server max_connections)");
+  }
+  if (g.version != proto::protocol_version) {
+    throw rendezvous_error("tcp_store: the store at " + where + " speaks protocol version " +
+                           std::to_string(g.version) + ", this client " +
+                           std::to_string(proto::protocol_version) +
+                           "; use the same DistComm version on every rank");
+  }
+
+  proto::hello h;
+  h.auth = !token.empty();
+  h.client_nonce = proto::random_nonce();
+  const auto hello_record = proto::encode_hello(h);
+  check_io(detail::send_all(s, hello_record.data(), hello_record.size(), deadline, err), "hello");
+
+  std::uint8_t proof_record[proto::server_proof_bytes];
+  check_io(detail::recv_all(s, proof_record, sizeof proof_record, deadline, err), "server proof");
+  switch (static_cast<proto::handshake_status>(proof_record[0])) {
+    case proto::handshake_status::ok:
+      break;
+    case proto::handshake_status::token_required:
+      auth_failed("the store at " + where +
+                  " requires a token and this process has none (set DISTCOMM_AUTH_TOKEN or "
+                  "DISTCOMM_AUTH_TOKEN_FILE to the job's token)");
+    case proto::handshake_status::token_unexpected:
+      auth_failed("this process has a token (DISTCOMM_AUTH_TOKEN) but the store at " + where +
+                  " runs without one; give the server the same token, or unset it here");
+    case proto::handshake_status::version_mismatch:
+      throw rendezvous_error("tcp_store: the store at " + where + " does not speak protocol " +
+                             std::to_string(proto::protocol_version) +
+                             "; use the same DistComm version on every rank");
+    default:
+      throw rendezvous_error("tcp_store: the store at " + where + " sent an unknown status (" +
+                             std::to_string(proof_record[0]) + ") in the handshake");
+  }
+  proto::mac server_proof{};
+  std::copy(proof_record + 1, proof_record + 1 + proto::mac_bytes, server_proof.begin());
+  proto::mac answer{};  // all zero without a token, and for a server that failed its proof
+  bool server_ok = true;
+  if (!token.empty()) {
+    server_ok =
+        proto::same_mac(server_proof, proto::server_mac(token, h.client_nonce, g.server_nonce));
+    if (server_ok) answer = proto::client_mac(token, g.server_nonce, h.client_nonce);
+  }
+  check_io(detail::send_all(s, answer.data(), answer.size(), deadline, err), "client proof");
+  const std::string refused =
+      "the store at " + where + " did not accept this token (DISTCOMM_AUTH_TOKEN)";
+  if (!server_ok) {
+    // Our zero MAC makes a genuine server log the refusal; a rogue one learns nothing.
+    auth_failed(refused +
+                ": it could not prove it holds the same token (a different token, or "
+                "not this job's store)");
+  }
+  std::uint8_t verdict = 0;
+  check_io(detail::recv_all(s, &verdict, 1, deadline, err), "verdict");
+  if (verdict == static_cast<std::uint8_t>(proto::handshake_status::auth_failed)) {
+    auth_failed(refused);
+  }
+  if (verdict != static_cast<std::uint8_t>(proto::handshake_status::ok)) {
+    throw rendezvous_error("tcp_store: the store at " + where + " sent an unknown verdict (" +
+                           std::to_string(verdict) + ") in the handshake");
+  }
+}
+
+bytes tcp_store::impl::call(const proto::request& r, std::chrono::duration<double> timeout,
+                            const char* who) {
+  const bool waits = r.cmd == proto::command::get || r.cmd == proto::command::wait;
+  auto deadline = detail::deadline_after(timeout);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!fd) connect(deadline, timeout);
+  if (waits) deadline += answer_grace;
+
+  const auto keys_text = [&] {
+    return r.keys.empty() ? detail::quote_key(r.key) : detail::quote_keys(r.keys);
+  };
+  int err = 0;
+  const auto check_io = [&](io_result res) {
+    if (res == io_result::ok) return;
+    fd.reset();  // a half-done exchange leaves the stream out of step: start afresh next call
+    if (res == io_result::timeout) {
+      throw timeout_error(std::string(who) + ": no answer from the store at " + where + " within " +
+                          detail::format_seconds(timeout) + " for " + keys_text() +
+                          (waits ? " (still missing)" : "") + " (DISTCOMM_TIMEOUT)");
+    }
+    throw peer_lost_error(std::string(who) + ": lost the connection to the store at " + where +
+                          " during " + proto::to_string(r.cmd) + "(" + keys_text() + ")" +
+                          (err ? ": " + detail::errno_text(err) : std::string()));
+  };
+
+  const bytes frame = proto::encode_request(r);
+  check_io(detail::send_all(fd.get(), frame.data(), frame.size(), deadline, err));
+  std::uint8_t header[proto::response_header_bytes];
+  check_io(detail::recv_all(fd.get(), header, sizeof header, deadline, err));
+  proto::response_status status{};
+  std::uint32_t size = 0;
+  if (!proto::decode_response_header(header, status, size)) {
+    fd.reset();
+    throw error(std::string(who) + ": the store at " + where + " sent a malformed answer");
+  }
+  bytes payload(size);
+  check_io(detail::recv_all(fd.get(), payload.data(), payload.size(), deadline, err));
+  switch (status) {
+    case proto::response_status::ok:
+      return payload;
+    case proto::response_status::timeout: {
+      std::vector<std::string> missing;
+      if (!proto::decode_key_list(payload.data(), payload.size(), missing)) {
+        fd.reset();
+        throw error(std::string(who) + ": the store at " + where + " sent a malformed answer");
+      }
+      detail::throw_missing_keys(who, missing, timeout);
+    }
+    case proto::response_status::invalid:
+      throw invalid_argument_error(std::string(payload.begin(), payload.end()));
+    case proto::response_status::error:
+      fd.reset();
+      throw error(std::string(who) + ": " + std::string(payload.begin(), payload.end()));
+  }
+  fd.reset();
+  throw error(std::string(who) + ": the store at " + where + " sent a malformed answer");
+}
+
+tcp_store::tcp_store(std::string host, int port, std::chrono::duration<double> timeout,
+                     std::string token)
+    : impl_(std::make_unique<impl>()) {
+  if (port < 1 || port > 65535) {
+    throw invalid_argument_error("tcp_store: port " + std::to_string(port) +
+                                 " is outside 1..65535");
+  }
+  set_timeout(timeout);
+  impl_->host = std::move(host);
+  impl_->port = port;
+  impl_->token = std::move(token);
+  impl_->where = detail::host_port(impl_->host, port);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->connect(detail::deadline_after(timeout), timeout);
+}
+
+tcp_store::tcp_store(std::unique_ptr<tcp_store_server> server, std::string host,
+                     std::chrono::duration<double> timeout, std::string token)
+    : tcp_store(std::move(host), server ? server->port() : 0, timeout, std::move(token)) {
+  server_ = std::move(server);
+}
+
+tcp_store::~tcp_store() {
+  impl_.reset();  // close the connection before the hosted server (if any) stops
+  if (!server_) return;
+  // The hosting rank often finishes first (it does no more work than the others): keep serving
+  // until the other ranks have read their last replies and disconnected, for at most the
+  // store's timeout, so a late reader does not see its store vanish mid-call.
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::min(timeout(), std::chrono::duration<double>(30.0)));
+  while (server_->connections() != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+const std::string& tcp_store::host() const noexcept { return impl_->host; }
+int tcp_store::port() const noexcept { return impl_->port; }
+
+void tcp_store::set(const std::string& key, const bytes& value) {
+  detail::check_key("tcp_store set", key);
+  detail::check_value("tcp_store set", key, value.size());
+  proto::request r;
+  r.cmd = proto::command::set;
+  r.key = key;
+  r.value = value;
+  impl_->call(r, timeout(), "tcp_store set");
+}
+
+bytes tcp_store::get(const std::string& key) {
+  detail::check_key("tcp_store get", key);
+  proto::request r;
+  r.cmd = proto::command::get;
+  r.key = key;
+  r.timeout_ms = to_ms(timeout());
+  return impl_->call(r, timeout(), "tcp_store get");
+}
+
+std::int64_t tcp_store::add(const std::string& key, std::int64_t delta) {
+  detail::check_key("tcp_store add", key);
+  proto::request r;
+  r.cmd = proto::command::add;
+  r.key = key;
+  r.delta = delta;
+  const bytes payload = impl_->call(r, timeout(), "tcp_store add");
+  if (payload.size() != 8) throw error("tcp_store add: the store sent a malformed answer");
+  const std::uint64_t v =
+      (std::uint64_t{proto::get_u32(payload.data())} << 32) | proto::get_u32(payload.data() + 4);
+  return static_cast<std::int64_t>(v);
+}
+
+namespace {
+
+void check_key_list(const char* who, const std::vector<std::string>& keys) {
+  std::size_t total = 4;
+  for (const auto& k : keys) {
+    detail::check_key(who, k);
+    total += 4 + k.size();
+  }
+  if (total > proto::max_key_list_bytes) {
+    throw invalid_argument_error(std::string(who) + ": " + std::to_string(keys.size()) +
+                                 " keys take " + std::to_string(total) +
+                                 " bytes, above the 16 MiB one request may carry");
+  }
+}
+
+}  // namespace
+
+bool tcp_store::check(const std::vector<std::string>& keys) {
+  check_key_list("tcp_store check", keys);
+  proto::request r;
+  r.cmd = proto::command::check;
+  r.keys = keys;
+  const bytes payload = impl_->call(r, timeout(), "tcp_store check");
+  if (payload.size() != 1) throw error("tcp_store check: the store sent a malformed answer");
+  return payload[0] != 0;
+}
+
+void tcp_store::wait(const std::vector<std::string>& keys) {
+  check_key_list("tcp_store wait", keys);
+  proto::request r;
+  r.cmd = proto::command::wait;
+  r.keys = keys;
+  r.timeout_ms = to_ms(timeout());
+  impl_->call(r, timeout(), "tcp_store wait");
+}
+
+bytes tcp_store::compare_set(const std::string& key, const bytes& expected, const bytes& desired) {
+  detail::check_key("tcp_store compare_set", key);
+  detail::check_value("tcp_store compare_set", key, expected.size());
+  detail::check_value("tcp_store compare_set", key, desired.size());
+  proto::request r;
+  r.cmd = proto::command::compare_set;
+  r.key = key;
+  r.expected = expected;
+  r.value = desired;
+  return impl_->call(r, timeout(), "tcp_store compare_set");
+}
+
+std::unique_ptr<store> make_tcp_store(const std::string& host, int port, bool is_server,
+                                      std::chrono::duration<double> timeout,
+                                      const std::string& token) {
+  if (!is_server) return std::make_unique<tcp_store>(host, port, timeout, token);
+  // A name may resolve to a loopback alias on its own machine (Debian maps the host name to
+  // 127.0.1.1), so a named host listens on every interface and the hosting client uses loopback.
+  const bool numeric = is_numeric_address(host);
+  auto server = std::make_unique<tcp_store_server>(numeric ? host : std::string(), port, token);
+  std::string local = host;
+  if (!numeric || host == "0.0.0.0") local = "127.0.0.1";
+  if (host == "::") local = "::1";
+  return std::make_unique<tcp_store>(std::move(server), local, timeout, token);
+}
+
+}  // namespace distcomm

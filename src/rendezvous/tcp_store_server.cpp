@@ -1,0 +1,561 @@
+// tcp_store_server: one thread, one poll() over the listener, a wake-up pipe and every connection.
+//
+// Each connection is a small state machine (greeting sent -> hello -> proof -> ready). Requests
+// are decoded by store_protocol's bounded decoder; a bad frame earns an error response and the end
+// of that connection only. get/wait on missing keys park a waiter (indexed by the keys it still
+// needs) and the thread moves on; a write that creates a key completes the waiters that were
+// waiting for it, and the poll timeout is the earliest waiter deadline, at which the waiter gets a
+// `timeout` response naming the keys still missing.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include <openssl/crypto.h>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/log.hpp"
+#include "distcomm/rendezvous/tcp_store.hpp"
+#include "store_detail.hpp"
+#include "store_protocol.hpp"
+#include "store_socket.hpp"
+
+namespace distcomm {
+
+namespace proto = detail::store_protocol;
+using detail::io_clock;
+using detail::socket_fd;
+
+namespace {
+
+// A client has this long after connecting to finish the handshake; keeps half-open or silent
+// connections from holding slots of the connection limit forever.
+constexpr std::chrono::seconds handshake_timeout{10};
+// Bytes read per recv().
+constexpr std::size_t read_chunk = 64 * 1024;
+// When accept() fails for lack of descriptors, the listener rests this long instead of spinning.
+constexpr std::chrono::milliseconds accept_pause{100};
+
+enum class phase { hello, proof, ready };
+
+struct connection {
+  socket_fd fd;
+  std::string peer;
+  phase state = phase::hello;
+  proto::nonce server_nonce{};
+  proto::nonce client_nonce{};
+  io_clock::time_point handshake_deadline;
+  bytes in;
+  bytes out;
+  std::size_t out_pos = 0;
+  std::uint64_t waiter = 0;         // parked request, 0 when none
+  bool close_when_flushed = false;  // after an error response or a refusal
+  bool dead = false;                // to be closed at the end of this round
+
+  bool writing() const noexcept { return out_pos < out.size(); }
+};
+
+struct waiter {
+  std::uint64_t conn = 0;
+  proto::command cmd = proto::command::wait;
+  std::vector<std::string> keys;  // as asked, for the timeout response
+  std::size_t missing = 0;        // how many distinct keys are still absent
+  io_clock::time_point deadline;
+};
+
+}  // namespace
+
+struct tcp_store_server::impl {
+  std::string host;
+  int port = 0;
+  std::string token;
+  std::size_t max_connections = default_max_connections;
+
+  socket_fd listener;
+  socket_fd wake_read;
+  socket_fd wake_write;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::size_t> open_connections{0};
+  std::thread thread;
+
+  // Everything below belongs to the server thread.
+  std::unordered_map<std::string, bytes> data;
+  std::map<std::uint64_t, connection> conns;
+  std::uint64_t next_conn = 1;
+  std::map<std::uint64_t, waiter> waiters;
+  std::uint64_t next_waiter = 1;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_on;
+  io_clock::time_point listener_paused_until{};
+
+  ~impl() { OPENSSL_cleanse(token.data(), token.size()); }
+
+  void run();
+  void accept_all();
+  void read_from(connection& c, std::uint64_t id);
+  void process_input(connection& c, std::uint64_t id);
+  void on_hello(connection& c);
+  void on_proof(connection& c);
+  void on_request(connection& c, std::uint64_t id, proto::request& r);
+  void park(connection& c, std::uint64_t id, proto::command cmd, std::vector<std::string> keys,
+            std::uint32_t timeout_ms);
+  void key_created(const std::string& key);
+  void finish_waiter(std::uint64_t wid, bool timed_out);
+  void drop_waiter(std::uint64_t wid);
+  void expire(io_clock::time_point now);
+  void send(connection& c, const std::uint8_t* data, std::size_t size);
+  void send(connection& c, const bytes& b) { send(c, b.data(), b.size()); }
+  void flush(connection& c);
+  void refuse(connection& c, const std::string& why);
+  void close_dead();
+  int poll_timeout_ms(io_clock::time_point now) const;
+};
+
+tcp_store_server::tcp_store_server(const std::string& host, int port, std::string token,
+                                   std::size_t max_connections)
+    : impl_(std::make_unique<impl>()) {
+  impl_->host = host;
+  impl_->token = std::move(token);
+  impl_->max_connections = std::max<std::size_t>(max_connections, 1);
+  impl_->listener = detail::listen_on(host, port, impl_->port);
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw error("tcp_store: cannot create the server's wake-up pipe: " + detail::errno_text(errno));
+  }
+  impl_->wake_read = socket_fd(pipe_fds[0]);
+  impl_->wake_write = socket_fd(pipe_fds[1]);
+  impl_->thread = std::thread([this] { impl_->run(); });
+}
+
+tcp_store_server::~tcp_store_server() {
+  impl_->stopping.store(true);
+  const char byte = 0;
+  [[maybe_unused]] const ssize_t n = ::write(impl_->wake_write.get(), &byte, 1);
+  impl_->thread.join();
+  impl_->open_connections.store(0);
+}
+
+int tcp_store_server::port() const noexcept { return impl_->port; }
+const std::string& tcp_store_server::host() const noexcept { return impl_->host; }
+std::size_t tcp_store_server::connections() const noexcept {
+  return impl_->open_connections.load();
+}
+
+void tcp_store_server::impl::run() {
+  std::vector<pollfd> fds;
+  std::vector<std::uint64_t> ids;
+  while (!stopping.load()) {
+    const auto now = io_clock::now();
+    fds.clear();
+    ids.clear();
+    fds.push_back({wake_read.get(), POLLIN, 0});
+    const bool listening = now >= listener_paused_until;
+    if (listening) fds.push_back({listener.get(), POLLIN, 0});
+    const std::size_t first_conn = fds.size();
+    for (auto& [id, c] : conns) {
+      fds.push_back({c.fd.get(), static_cast<short>(c.writing() ? POLLOUT : POLLIN), 0});
+      ids.push_back(id);
+    }
+    const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
+    if (r < 0 && errno != EINTR) {
+      log(log_level::error, "tcp_store server: poll failed: " + detail::errno_text(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    if (stopping.load()) break;
+    if (r > 0) {
+      if (fds[0].revents) {
+        char buf[64];
+        while (::read(wake_read.get(), buf, sizeof buf) > 0) {
+        }
+      }
+      for (std::size_t i = first_conn; i < fds.size(); ++i) {
+        if (!fds[i].revents) continue;
+        const auto it = conns.find(ids[i - first_conn]);
+        if (it == conns.end() || it->second.dead) continue;
+        connection& c = it->second;
+        try {
+          if (c.writing()) {
+            flush(c);
+            // Done writing: requests that arrived meanwhile can be served now.
+            if (!c.writing() && !c.dead) process_input(c, it->first);
+          } else {
+            read_from(c, it->first);
+          }
+        } catch (const std::exception& e) {
+          // Nothing a client sends may stop the server: the connection pays, no one else.
+          log(log_level::warn,
+              "tcp_store server: closing the connection from " + c.peer + ": " + e.what());
+          c.dead = true;
+        }
+      }
+    }
+    expire(io_clock::now());
+    close_dead();
+    // After close_dead, so connections that just ended do not count against the limit.
+    if (r > 0 && listening && fds[1].revents) accept_all();
+  }
+  for (auto& [id, c] : conns) c.fd.reset();
+  conns.clear();
+}
+
+int tcp_store_server::impl::poll_timeout_ms(io_clock::time_point now) const {
+  // Wakes at least once a second: cheap, and bounds the damage of any missed wake-up.
+  io_clock::time_point next = now + std::chrono::seconds(1);
+  for (const auto& [id, w] : waiters) next = std::min(next, w.deadline);
+  for (const auto& [id, c] : conns) {
+    if (c.state != phase::ready) next = std::min(next, c.handshake_deadline);
+  }
+  if (listener_paused_until > now) next = std::min(next, listener_paused_until);
+  if (next <= now) return 0;
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(next - now).count());
+}
+
+void tcp_store_server::impl::accept_all() {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    socket_fd fd(::accept4(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        log(log_level::warn, "tcp_store server: cannot accept connections: " +
+                                 detail::errno_text(errno) + " (raise `ulimit -n`?)");
+        listener_paused_until = io_clock::now() + accept_pause;
+      }
+      return;  // EAGAIN: no more pending connections
+    }
+    const std::string peer = detail::peer_name(reinterpret_cast<sockaddr*>(&addr), len);
+    proto::greeting g;
+    g.auth = !token.empty();
+    if (conns.size() >= max_connections) {
+      // The client reads the greeting before it writes anything, so closing right away cannot
+      // reset the connection before the refusal arrives.
+      g.status = proto::handshake_status::too_many_connections;
+      const auto record = proto::encode_greeting(g);
+      [[maybe_unused]] const ssize_t n =
+          ::send(fd.get(), record.data(), record.size(), MSG_NOSIGNAL);
+      log(log_level::warn, "tcp_store server: refused a connection from " + peer +
+                               ": already serving " + std::to_string(conns.size()) +
+                               " connections (the limit)");
+      continue;
+    }
+    const std::uint64_t id = next_conn++;
+    connection& c = conns[id];
+    c.fd = std::move(fd);
+    c.peer = peer;
+    c.handshake_deadline = io_clock::now() + handshake_timeout;
+    c.server_nonce = proto::random_nonce();
+    g.server_nonce = c.server_nonce;
+    open_connections.store(conns.size());
+    const auto record = proto::encode_greeting(g);
+    send(c, record.data(), record.size());
+  }
+}
+
+void tcp_store_server::impl::read_from(connection& c, std::uint64_t id) {
+  std::uint8_t buf[read_chunk];
+  for (;;) {
+    const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
+    if (n > 0) {
+      c.in.insert(c.in.end(), buf, buf + n);
+      process_input(c, id);
+      if (c.dead || c.writing()) return;  // backpressure: read again once the answer is out
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    // Orderly close or reset: a client that is done, or one that died. Either way its waiters go.
+    c.dead = true;
+    return;
+  }
+}
+
+void tcp_store_server::impl::process_input(connection& c, std::uint64_t id) {
+  while (!c.dead && !c.close_when_flushed && !c.writing()) {
+    if (c.state == phase::hello) {
+      if (c.in.size() > proto::hello_bytes) {
+        return refuse(c, "it sent more than a hello before the server's proof");
+      }
+      if (c.in.size() < proto::hello_bytes) return;
+      on_hello(c);
+      c.in.clear();
+    } else if (c.state == phase::proof) {
+      if (c.in.size() > proto::client_proof_bytes) {
+        return refuse(c, "it sent more than its proof before the verdict");
+      }
+      if (c.in.size() < proto::client_proof_bytes) return;
+      on_proof(c);
+      c.in.clear();
+    } else {
+      if (c.in.empty()) return;
+      if (c.waiter) {
+        // One request at a time: our client never sends while it waits for an answer.
+        return refuse(c, "it sent a request while another was pending");
+      }
+      proto::request r;
+      const auto res = proto::decode_request(c.in.data(), c.in.size(), r);
+      if (res.status == proto::decode_status::incomplete) return;
+      if (res.status == proto::decode_status::malformed) return refuse(c, res.error);
+      c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(res.consumed));
+      on_request(c, id, r);
+    }
+  }
+}
+
+void tcp_store_server::impl::refuse(connection& c, const std::string& why) {
+  log(log_level::warn, "tcp_store server: closing the connection from " + c.peer + ": " + why);
+  if (c.state == phase::ready) {
+    send(c, proto::encode_response(proto::response_status::error,
+                                   "the store server closed this connection: " + why));
+    c.close_when_flushed = true;
+    if (!c.writing()) c.dead = true;
+  } else {
+    c.dead = true;
+  }
+  c.in.clear();
+}
+
+void tcp_store_server::impl::on_hello(connection& c) {
+  proto::hello h;
+  if (!proto::decode_hello(c.in.data(), h)) {
+    log(log_level::warn, "tcp_store server: closing the connection from " + c.peer +
+                             ": it does not speak the DistComm store protocol");
+    c.dead = true;
+    return;
+  }
+  c.client_nonce = h.client_nonce;
+  bytes record(proto::server_proof_bytes, 0);
+  const auto answer = [&](proto::handshake_status s, const std::string& why) {
+    record[0] = static_cast<std::uint8_t>(s);
+    log(log_level::warn, "tcp_store server: refused a client from " + c.peer + ": " + why);
+    send(c, record);
+    c.close_when_flushed = true;
+  };
+  if (h.version != proto::protocol_version) {
+    return answer(proto::handshake_status::version_mismatch,
+                  "it speaks protocol version " + std::to_string(h.version) + ", this server " +
+                      std::to_string(proto::protocol_version));
+  }
+  if (!token.empty() && !h.auth) {
+    return answer(proto::handshake_status::token_required,
+                  "it has no token and this server requires one (DISTCOMM_AUTH_TOKEN)");
+  }
+  if (token.empty() && h.auth) {
+    return answer(proto::handshake_status::token_unexpected,
+                  "it has a token (DISTCOMM_AUTH_TOKEN) and this server runs without one");
+  }
+  if (!token.empty()) {
+    const auto m = proto::server_mac(token, c.client_nonce, c.server_nonce);
+    std::copy(m.begin(), m.end(), record.begin() + 1);
+  }
+  c.state = phase::proof;
+  send(c, record);
+}
+
+void tcp_store_server::impl::on_proof(connection& c) {
+  proto::mac got{};
+  std::copy(c.in.begin(), c.in.begin() + proto::mac_bytes, got.begin());
+  std::uint8_t verdict = static_cast<std::uint8_t>(proto::handshake_status::ok);
+  if (!token.empty() &&
+      !proto::same_mac(got, proto::client_mac(token, c.server_nonce, c.client_nonce))) {
+    verdict = static_cast<std::uint8_t>(proto::handshake_status::auth_failed);
+    log(log_level::warn, "tcp_store server: refused a client from " + c.peer +
+                             ": authentication failed (its token differs from this server's)");
+    c.close_when_flushed = true;
+  } else {
+    c.state = phase::ready;
+  }
+  send(c, &verdict, 1);
+}
+
+void tcp_store_server::impl::on_request(connection& c, std::uint64_t id, proto::request& r) {
+  using proto::command;
+  using proto::response_status;
+  const bytes none;
+  try {
+    switch (r.cmd) {
+      case command::set: {
+        const bool created = data.find(r.key) == data.end();
+        data[r.key] = std::move(r.value);
+        send(c, proto::encode_response(response_status::ok, none));
+        if (created) key_created(r.key);
+        return;
+      }
+      case command::get: {
+        const auto it = data.find(r.key);
+        if (it != data.end())
+          return send(c, proto::encode_response(response_status::ok, it->second));
+        return park(c, id, r.cmd, {r.key}, r.timeout_ms);
+      }
+      case command::add: {
+        const auto it = data.find(r.key);
+        const bool created = it == data.end();
+        const std::int64_t v =
+            detail::add_to_counter("tcp_store", r.key, created ? nullptr : &it->second, r.delta);
+        data[r.key] = detail::encode_counter(v);
+        bytes payload;
+        proto::put_u32(payload, static_cast<std::uint32_t>(static_cast<std::uint64_t>(v) >> 32));
+        proto::put_u32(payload, static_cast<std::uint32_t>(static_cast<std::uint64_t>(v)));
+        send(c, proto::encode_response(response_status::ok, payload));
+        if (created) key_created(r.key);
+        return;
+      }
+      case command::check: {
+        const bool all = std::all_of(r.keys.begin(), r.keys.end(),
+                                     [&](const std::string& k) { return data.count(k) > 0; });
+        const bytes payload{static_cast<std::uint8_t>(all ? 1 : 0)};
+        return send(c, proto::encode_response(response_status::ok, payload));
+      }
+      case command::wait: {
+        const bool all = std::all_of(r.keys.begin(), r.keys.end(),
+                                     [&](const std::string& k) { return data.count(k) > 0; });
+        if (all) return send(c, proto::encode_response(response_status::ok, none));
+        return park(c, id, r.cmd, std::move(r.keys), r.timeout_ms);
+      }
+      case command::compare_set: {
+        const auto it = data.find(r.key);
+        const bytes* current = it == data.end() ? nullptr : &it->second;
+        if (detail::compare_set_applies(current, r.expected)) {
+          data[r.key] = r.value;
+          send(c, proto::encode_response(response_status::ok, r.value));
+          if (!current) key_created(r.key);
+        } else {
+          send(c, proto::encode_response(response_status::ok, current ? *current : none));
+        }
+        return;
+      }
+    }
+  } catch (const invalid_argument_error& e) {
+    // A request that cannot work (add on a non-integer): the client's error, the connection stays.
+    send(c, proto::encode_response(response_status::invalid, std::string(e.what())));
+  }
+}
+
+void tcp_store_server::impl::park(connection& c, std::uint64_t id, proto::command cmd,
+                                  std::vector<std::string> keys, std::uint32_t timeout_ms) {
+  const std::uint64_t wid = next_waiter++;
+  waiter w;
+  w.conn = id;
+  w.cmd = cmd;
+  w.deadline = io_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::set<std::string> distinct;
+  for (const auto& k : keys) {
+    if (!data.count(k) && distinct.insert(k).second) waiting_on[k].push_back(wid);
+  }
+  w.missing = distinct.size();
+  w.keys = std::move(keys);
+  waiters.emplace(wid, std::move(w));
+  c.waiter = wid;
+}
+
+void tcp_store_server::impl::key_created(const std::string& key) {
+  const auto it = waiting_on.find(key);
+  if (it == waiting_on.end()) return;
+  const std::vector<std::uint64_t> ids = std::move(it->second);
+  waiting_on.erase(it);
+  for (const std::uint64_t wid : ids) {
+    const auto w = waiters.find(wid);
+    if (w != waiters.end() && --w->second.missing == 0) finish_waiter(wid, false);
+  }
+}
+
+void tcp_store_server::impl::finish_waiter(std::uint64_t wid, bool timed_out) {
+  const auto it = waiters.find(wid);
+  if (it == waiters.end()) return;
+  const waiter w = std::move(it->second);
+  drop_waiter(wid);
+  const auto ci = conns.find(w.conn);
+  if (ci == conns.end() || ci->second.dead) return;
+  connection& c = ci->second;
+  c.waiter = 0;
+  if (timed_out) {
+    std::vector<std::string> missing;
+    for (const auto& k : w.keys) {
+      if (!data.count(k)) missing.push_back(k);
+    }
+    send(c,
+         proto::encode_response(proto::response_status::timeout, proto::encode_key_list(missing)));
+  } else if (w.cmd == proto::command::get) {
+    send(c, proto::encode_response(proto::response_status::ok, data.at(w.keys.front())));
+  } else {
+    send(c, proto::encode_response(proto::response_status::ok, bytes{}));
+  }
+}
+
+void tcp_store_server::impl::drop_waiter(std::uint64_t wid) {
+  const auto it = waiters.find(wid);
+  if (it == waiters.end()) return;
+  for (const auto& k : it->second.keys) {
+    const auto list = waiting_on.find(k);
+    if (list == waiting_on.end()) continue;
+    auto& v = list->second;
+    v.erase(std::remove(v.begin(), v.end(), wid), v.end());
+    if (v.empty()) waiting_on.erase(list);
+  }
+  waiters.erase(it);
+}
+
+void tcp_store_server::impl::expire(io_clock::time_point now) {
+  std::vector<std::uint64_t> due;
+  for (const auto& [wid, w] : waiters) {
+    if (w.deadline <= now) due.push_back(wid);
+  }
+  for (const auto wid : due) finish_waiter(wid, true);
+  for (auto& [id, c] : conns) {
+    if (c.state != phase::ready && !c.dead && c.handshake_deadline <= now) {
+      log(log_level::warn, "tcp_store server: closing the connection from " + c.peer +
+                               ": no handshake within " +
+                               std::to_string(handshake_timeout.count()) + " s");
+      c.dead = true;
+    }
+  }
+}
+
+void tcp_store_server::impl::send(connection& c, const std::uint8_t* data, std::size_t size) {
+  if (c.out_pos == c.out.size()) {
+    c.out.clear();
+    c.out_pos = 0;
+  }
+  c.out.insert(c.out.end(), data, data + size);
+  flush(c);
+}
+
+void tcp_store_server::impl::flush(connection& c) {
+  while (c.writing()) {
+    const ssize_t n =
+        ::send(c.fd.get(), c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out_pos += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    c.dead = true;  // the peer is gone
+    return;
+  }
+  c.out.clear();
+  c.out_pos = 0;
+  if (c.close_when_flushed) c.dead = true;
+}
+
+void tcp_store_server::impl::close_dead() {
+  for (auto it = conns.begin(); it != conns.end();) {
+    if (!it->second.dead) {
+      ++it;
+      continue;
+    }
+    if (it->second.waiter) drop_waiter(it->second.waiter);
+    it = conns.erase(it);  // closes the socket
+  }
+  open_connections.store(conns.size());
+}
+
+}  // namespace distcomm

@@ -1,0 +1,72 @@
+// The environment distcomm-run gives each rank: the caller's environment without the variables
+// other launchers use to say who a process is, plus DISTCOMM_* and torchrun-style variables that
+// describe this job (rank, size, master address and port, authentication token).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace distcomm::launcher {
+
+// An ordered set of NAME=value entries (the caller's order is kept; new names go at the end).
+class environment {
+ public:
+  environment() = default;
+  // From a null-terminated array of "NAME=value" strings, such as `environ`.
+  explicit environment(const char* const* envp);
+
+  // The value of name, or nullptr when it is unset.
+  const char* get(const std::string& name) const;
+  void set(const std::string& name, const std::string& value);
+  void unset(const std::string& name);
+  // Removes every variable whose name satisfies pred(name).
+  template <class Pred>
+  void unset_if(Pred pred) {
+    std::vector<std::string> kept;
+    for (auto& e : entries_) {
+      if (!pred(e.substr(0, e.find('=')))) kept.push_back(std::move(e));
+    }
+    entries_ = std::move(kept);
+  }
+
+  // "NAME=value" strings, for execve.
+  const std::vector<std::string>& entries() const noexcept { return entries_; }
+
+ private:
+  std::vector<std::string> entries_;
+};
+
+// True for a variable that another launcher (Open MPI, MPICH/Hydra, PMIx, Slurm, torchrun,
+// TF_CONFIG, AzureML) sets to say which rank a process is, how many there are or where the
+// master is. Children never inherit these, so world detection can only find distcomm-run's world.
+bool is_foreign_identity(const std::string& name);
+
+struct job_settings {
+  int np = 1;
+  std::string backend;   // DISTCOMM_BACKEND for the children; empty keeps the caller's
+  bool no_auth = false;  // children get no DISTCOMM_AUTH_TOKEN / _FILE at all
+};
+
+// The variables every rank shares. `port` is the master port; `token` the authentication token
+// to set, or empty to set none (the caller's DISTCOMM_AUTH_TOKEN / _FILE pass through unless
+// settings.no_auth).
+environment job_environment(const environment& caller, const job_settings& settings, int port,
+                            const std::string& token);
+
+// job plus the variables that differ per rank (every rank is local: local rank = rank).
+environment rank_environment(const environment& job, int rank);
+
+// True when distcomm-run must generate a token: authentication is on and the caller did not
+// bring its own DISTCOMM_AUTH_TOKEN or DISTCOMM_AUTH_TOKEN_FILE.
+bool needs_token(const environment& caller, bool no_auth);
+
+// 32 random bytes from the OpenSSL CSPRNG as 64 lowercase hex digits. Throws std::runtime_error
+// when the generator fails.
+std::string random_token();
+
+// A TCP port on 127.0.0.1 that was free a moment ago: binds port 0, reads the kernel's choice back
+// and closes the socket. Another process may take the port before rank 0 binds it (the race of
+// every launcher that picks a port this way); --master-port avoids it. Throws std::system_error.
+int find_free_port();
+
+}  // namespace distcomm::launcher

@@ -1,0 +1,174 @@
+// distcomm-run: starts N local processes of a program as the ranks of one DistComm job.
+//   distcomm-run -np 4 [--backend B] [--timeout S] [--tag-output] [--print-world] [--] prog args...
+// See tools/README.md for every option, the environment the ranks get and the exit codes.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <exception>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "distcomm/config.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/rendezvous/world.hpp"
+#include "environment.hpp"
+#include "job.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace distcomm::launcher;
+
+struct options {
+  int np = 0;
+  std::string backend;
+  double timeout = 0;
+  double grace = 5;
+  int master_port = 0;
+  bool tag_output = false;
+  bool print_world = false;
+  bool print_config = false;
+  bool no_auth = false;
+};
+
+void complain(const std::string& what) { std::fprintf(stderr, "distcomm-run: %s\n", what.c_str()); }
+
+// The ranks inherit 0, 1 and 2: make sure they are open, so that no pipe of ours lands there.
+void ensure_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  }
+}
+
+// mpirun spells it -np; CLI11 short options are one letter. Rewritten only to parse: the program's
+// own arguments are taken from the original argv.
+std::vector<std::string> spell_np(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (auto& a : args) {
+    if (a == "-np" || a.rfind("-np=", 0) == 0) a.insert(0, "-");
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_standard_fds();
+  options o;
+  CLI::App app{
+      "distcomm-run: start N local processes of a program as the ranks of one DistComm "
+      "job.\nOne machine only; multi-node runs use mpirun, srun or the job system."};
+  app.name("distcomm-run");
+  app.footer(
+      "usage: distcomm-run -np N [options] [--] program [args...]\n"
+      "Rank i gets DISTCOMM_RANK=i, RANK=i, a shared master port and auth token; see "
+      "tools/README.md.");
+  app.add_option("-n,--np", o.np, "Number of ranks (also -np)")->check(CLI::Range(1, 4096));
+  app.add_option("--backend", o.backend,
+                 "DISTCOMM_BACKEND for the ranks (local, mpi, gloo, ucx, nccl)");
+  app.add_option("--timeout", o.timeout, "Stop the job after S seconds, exit 124 (0 = no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--grace", o.grace, "Seconds between SIGTERM and SIGKILL when stopping")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--master-port", o.master_port, "Master port instead of a free one")
+      ->check(CLI::Range(1, 65535));
+  app.add_flag("--tag-output", o.tag_output, "Prefix every output line with [rank]");
+  app.add_flag("--print-world", o.print_world,
+               "Print the world each rank will detect; without a program, start nothing");
+  app.add_flag("--print-config", o.print_config,
+               "Print the DistComm configuration the ranks will read, and exit");
+  app.add_flag("--no-auth", o.no_auth, "Give the ranks no DISTCOMM_AUTH_TOKEN");
+  app.prefix_command();  // everything from the program on belongs to the program
+
+  std::vector<std::string> command;
+  try {
+    const std::vector<std::string> spelled = spell_np(argc, argv);
+    std::vector<std::string> reversed(spelled.rbegin(), spelled.rend());  // as CLI11 wants it
+    app.parse(reversed);
+    // With prefix_command the leftovers are the tail of the command line: take that tail from the
+    // original argv, so the program's own "-np" is not the rewritten one.
+    command = app.remaining();
+    const auto tail = static_cast<std::ptrdiff_t>(command.size());
+    if (command.size() <= spelled.size() &&
+        std::equal(command.begin(), command.end(), spelled.end() - tail)) {
+      command.assign(argv + argc - tail, argv + argc);
+    }
+    if (!command.empty() && command.front() == "--") {
+      command.erase(command.begin());
+    } else if (!command.empty() && command.front().size() > 1 && command.front()[0] == '-') {
+      throw CLI::ExtrasError(app.get_name(), std::vector<std::string>{command.front()});
+    }
+    if (!o.print_config) {
+      if (command.empty() && !o.print_world) {
+        throw CLI::RequiredError("A program to run (distcomm-run -np N program args...)");
+      }
+      if (o.np == 0) throw CLI::RequiredError("-np");
+    }
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the message (or the help)
+    return code == 0 ? 0 : exit_usage;
+  }
+  if (o.np == 0) o.np = 1;
+
+  try {
+    const environment caller(environ);
+    job_settings settings;
+    settings.np = o.np;
+    settings.backend = o.backend;
+    settings.no_auth = o.no_auth;
+    const int port = o.master_port != 0 ? o.master_port : find_free_port();
+    const std::string token = needs_token(caller, o.no_auth) ? random_token() : std::string();
+    const environment job = job_environment(caller, settings, port, token);
+    std::vector<environment> ranks;
+    ranks.reserve(static_cast<std::size_t>(o.np));
+    for (int r = 0; r < o.np; ++r) ranks.push_back(rank_environment(job, r));
+    const auto lookup_in = [](const environment& env) {
+      return [&env](const char* name) { return env.get(name); };
+    };
+
+    // Every rank reads the same DISTCOMM_* settings: refuse a bad one (--backend typo) now, once,
+    // rather than in N processes.
+    const distcomm::config config = distcomm::config::from_env(lookup_in(ranks.front()));
+    if (o.print_config) {
+      std::fputs(config.to_string().c_str(), stdout);
+      return 0;
+    }
+    if (o.print_world) {
+      for (int r = 0; r < o.np; ++r) {
+        try {
+          const distcomm::world_info w =
+              distcomm::detect_world(lookup_in(ranks[static_cast<std::size_t>(r)]));
+          std::printf("%s\n", w.to_string().c_str());
+        } catch (const distcomm::error& e) {
+          complain("rank " + std::to_string(r) + ": " + e.what());
+          return exit_internal_error;
+        }
+      }
+      std::fflush(stdout);
+      if (command.empty()) return 0;
+    }
+
+    job_options jo;
+    jo.command = command;
+    jo.timeout = std::chrono::duration<double>(o.timeout);
+    jo.grace = std::chrono::duration<double>(o.grace);
+    jo.tag_output = o.tag_output;
+    std::fflush(nullptr);  // nothing buffered may be written twice (once by a forked child)
+    return run_job(jo, ranks);
+  } catch (const distcomm::invalid_argument_error& e) {
+    complain(e.what());
+    return exit_usage;
+  } catch (const std::exception& e) {
+    complain(e.what());
+    return exit_internal_error;
+  }
+}
