@@ -210,17 +210,37 @@ std::optional<candidate> from_distcomm(const environment& env) {
   return c;
 }
 
-std::optional<candidate> from_torchrun(const environment& env) {
-  if (!env.has("RANK") && !env.has("WORLD_SIZE")) return std::nullopt;
+// The four variables most launchers use for rank, size, local rank and local size.
+struct launcher_vars {
+  launcher_kind kind;
+  const char* source;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+// A candidate with those four fields read, or nothing when neither rank nor size is set.
+std::optional<candidate> read_launcher(const environment& env, const launcher_vars& v) {
+  if (!env.has(v.rank) && !env.has(v.size)) return std::nullopt;
   candidate c;
-  c.kind = launcher_kind::torchrun;
-  c.source = "torchrun-style variables";
-  c.rank_var = "RANK";
-  c.size_var = "WORLD_SIZE";
-  env.read(c.rank, "RANK", c.source);
-  env.read(c.size, "WORLD_SIZE", c.source);
-  env.read(c.local_rank, "LOCAL_RANK", c.source);
-  env.read(c.local_size, "LOCAL_WORLD_SIZE", c.source);
+  c.kind = v.kind;
+  c.source = v.source;
+  c.rank_var = v.rank;
+  c.size_var = v.size;
+  env.read(c.rank, v.rank, c.source);
+  env.read(c.size, v.size, c.source);
+  env.read(c.local_rank, v.local_rank, c.source);
+  env.read(c.local_size, v.local_size, c.source);
+  return c;
+}
+
+std::optional<candidate> from_torchrun(const environment& env) {
+  std::optional<candidate> found =
+      read_launcher(env, {launcher_kind::torchrun, "torchrun-style variables", "RANK", "WORLD_SIZE",
+                          "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+  if (!found) return found;
+  candidate& c = *found;
   // torchrun says GROUP_RANK, AzureML NODE_RANK; both set must agree.
   field group, node;
   env.read(group, "GROUP_RANK", c.source);
@@ -232,7 +252,7 @@ std::optional<candidate> from_torchrun(const environment& env) {
   c.node_rank = group.set ? group : node;
   env.read_host(c.master_addr, "MASTER_ADDR");
   env.read_port(c.master_port, "MASTER_PORT", c.source);
-  return c;
+  return found;
 }
 
 // MASTER_ADDR / MASTER_PORT, for the launchers that name no master of their own.
@@ -242,16 +262,11 @@ void generic_master(const environment& env, candidate& c) {
 }
 
 std::optional<candidate> from_open_mpi(const environment& env) {
-  if (!env.has("OMPI_COMM_WORLD_RANK") && !env.has("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
-  candidate c;
-  c.kind = launcher_kind::open_mpi;
-  c.source = "Open MPI";
-  c.rank_var = "OMPI_COMM_WORLD_RANK";
-  c.size_var = "OMPI_COMM_WORLD_SIZE";
-  env.read(c.rank, "OMPI_COMM_WORLD_RANK", c.source);
-  env.read(c.size, "OMPI_COMM_WORLD_SIZE", c.source);
-  env.read(c.local_rank, "OMPI_COMM_WORLD_LOCAL_RANK", c.source);
-  env.read(c.local_size, "OMPI_COMM_WORLD_LOCAL_SIZE", c.source);
+  std::optional<candidate> found = read_launcher(
+      env, {launcher_kind::open_mpi, "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"});
+  if (!found) return found;
+  candidate& c = *found;
   // Not OMPI_COMM_WORLD_NODE_RANK: Open MPI documents it as this process's rank among the
   // processes of *all* jobs on this node, not the index of the node.
   if (const std::optional<std::string> az = env.get("AZ_BATCH_MASTER_NODE")) {
@@ -263,22 +278,15 @@ std::optional<candidate> from_open_mpi(const environment& env) {
     env.read_host(c.master_addr, "AZ_BATCHAI_MPI_MASTER_NODE");
   }
   generic_master(env, c);
-  return c;
+  return found;
 }
 
 std::optional<candidate> from_hydra(const environment& env) {
-  if (!env.has("PMI_RANK") && !env.has("PMI_SIZE")) return std::nullopt;
-  candidate c;
-  c.kind = launcher_kind::mpich;
-  c.source = "MPICH/Hydra";
-  c.rank_var = "PMI_RANK";
-  c.size_var = "PMI_SIZE";
-  env.read(c.rank, "PMI_RANK", c.source);
-  env.read(c.size, "PMI_SIZE", c.source);
-  env.read(c.local_rank, "MPI_LOCALRANKID", c.source);
-  env.read(c.local_size, "MPI_LOCALNRANKS", c.source);
-  generic_master(env, c);
-  return c;
+  std::optional<candidate> found =
+      read_launcher(env, {launcher_kind::mpich, "MPICH/Hydra", "PMI_RANK", "PMI_SIZE",
+                          "MPI_LOCALRANKID", "MPI_LOCALNRANKS"});
+  if (found) generic_master(env, *found);
+  return found;
 }
 
 // Only inside an srun step (SLURM_STEP_ID set): an sbatch script or salloc shell also carries
