@@ -22,6 +22,9 @@ DISTCOMM_PACKAGES=(
   mpich
   slurm-wlm
   munge
+  libgloo-dev
+  libucx-dev
+  ucx-utils
 )
 
 DISTCOMM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
