@@ -52,8 +52,9 @@ struct setting_info {
   const char* description;
 };
 const std::vector<setting_info>& settings();
-// The variables that describe the job (rank, master, store, token): read by detect_world() and
-// bootstrap() rather than by config, documented in the same README table.
+// The variables that describe the job (rank, master, store, token) and the network a backend
+// uses: read by detect_world(), bootstrap() and the backends rather than by config, documented in
+// the same README table.
 const std::vector<setting_info>& rendezvous_settings();
 
 }  // namespace distcomm

@@ -87,6 +87,8 @@ const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_AUTH_TOKEN", "(unset: no authentication)",
      "Shared secret for the store's HMAC-SHA256 challenge-response; never sent."},
     {"DISTCOMM_AUTH_TOKEN_FILE", "(unset)", "File holding the token (instead of the variable)."},
+    {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
+     "Network interface or address the gloo backend's TCP transport uses."},
 };
 
 }  // namespace

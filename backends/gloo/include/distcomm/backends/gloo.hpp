@@ -1,0 +1,97 @@
+// The gloo backend: point-to-point messages over gloo's TCP transport (unbound buffers), gloo's
+// own allreduce/broadcast/barrier as the native collectives, bootstrapped through DistComm's
+// key-value store. gloo's headers stay out of this one; the backend is a handle on shared state.
+// Interface: DISTCOMM_IFACE (a host name or address to bind), else 127.0.0.1 for a one-node
+// world, else this host's name.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/reduce_op.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
+#include "distcomm/rendezvous/store.hpp"
+
+namespace distcomm {
+
+namespace detail {
+struct gloo_state;
+struct gloo_op;
+}  // namespace detail
+
+// A pending send or receive. Move-only; destroying it while pending cancels it: the transfer goes
+// on inside the backend into memory the backend owns, so the caller's buffer is free at once.
+class [[nodiscard]] gloo_request {
+ public:
+  gloo_request() = default;  // an empty request is complete
+  gloo_request(gloo_request&&) noexcept = default;
+  gloo_request& operator=(gloo_request&& other) noexcept;
+  gloo_request(const gloo_request&) = delete;
+  gloo_request& operator=(const gloo_request&) = delete;
+  ~gloo_request();
+
+  // True once the transfer finished; throws if it failed (mismatch, peer lost, abort).
+  bool test();
+  // Blocks until the transfer finished or `until` passed (timeout_error naming peer/tag/bytes).
+  void wait(deadline until);
+
+ private:
+  friend class gloo_backend;
+  gloo_request(std::shared_ptr<detail::gloo_state> state, std::shared_ptr<detail::gloo_op> op)
+      : state_(std::move(state)), op_(std::move(op)) {}
+  void release() noexcept;
+
+  std::shared_ptr<detail::gloo_state> state_;
+  std::shared_ptr<detail::gloo_op> op_;
+};
+
+struct gloo_options {
+  // Timeout of the rendezvous (address exchange, connecting) and of gloo's own operations.
+  std::chrono::duration<double> timeout{300.0};
+  // Host name or address the TCP device binds; empty: DISTCOMM_IFACE, else as described above.
+  std::string hostname;
+  // Keys of this communicator live under `prefix/` in the store; empty: a fresh prefix from a
+  // store counter, so several communicators on one store do not clash.
+  std::string prefix;
+  // The world has every rank on this node (loopback is enough).
+  bool single_node = true;
+};
+
+class gloo_backend {
+ public:
+  using request = gloo_request;
+  static constexpr const char* name = "gloo";
+  // gloo's ring reduces in an order that depends on the rank, so results may differ in the last
+  // bit between strategies (never between ranks).
+  static constexpr bool native_is_deterministic = false;
+
+  gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_options opts = {});
+  // From bootstrap()'s result; the world's single_node decides the default interface.
+  explicit gloo_backend(const job& j, gloo_options opts = {});
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+
+  [[nodiscard]] gloo_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
+  [[nodiscard]] gloo_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+
+  // Fails every pending and future wait with peer_lost_error(reason) and closes the connections,
+  // so the peers see this rank go.
+  void abort(const std::string& reason) noexcept;
+
+  void native_allreduce(const void* in, void* out, std::size_t count, dtype t, reduce_op op,
+                        deadline until);
+  void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
+  void native_barrier(deadline until);
+
+ private:
+  std::shared_ptr<detail::gloo_state> state_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace distcomm

@@ -1,0 +1,119 @@
+// The MPI backend: DistComm's strategies over MPI_Isend/MPI_Irecv, and MPI's own nonblocking
+// collectives (MPI_Iallreduce, ...) as the native ones. Only the MPI C API is used.
+// Abort behaviour: abort(reason) fails every pending and later wait of THIS process with
+// peer_lost_error(reason); it does not call MPI_Abort (that would kill the whole job, including
+// ranks that could still report the failure). Other ranks blocked on this one fail with
+// timeout_error at their own deadline. Call MPI_Abort yourself if you prefer to end the job.
+// A rank killed outright (SIGKILL) is seen by mpirun, which aborts the whole job with a message
+// naming the dead rank (Open MPI's default policy; tests/mpi/sigkill.sh checks the job ends).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/reduce_op.hpp"
+
+namespace distcomm {
+
+namespace detail {
+struct mpi_state;
+}  // namespace detail
+
+// A pending send or receive; messages above INT_MAX bytes travel as several <= 1 GiB pieces, so a
+// request may hold several MPI requests. Move-only. Destroying a pending receive cancels it;
+// destroying a pending send waits for it a few seconds (MPI cannot reliably cancel sends), then
+// frees it: after that the communicator must be treated as broken.
+class [[nodiscard]] mpi_request {
+ public:
+  mpi_request() = default;  // an empty request is complete
+  mpi_request(mpi_request&& other) noexcept;
+  mpi_request& operator=(mpi_request&& other) noexcept;
+  mpi_request(const mpi_request&) = delete;
+  mpi_request& operator=(const mpi_request&) = delete;
+  ~mpi_request();
+
+  // True once every piece finished; throws mismatch_error on a size mismatch, peer_lost_error
+  // after abort(), backend_error on an MPI error.
+  bool test();
+  // Polls until done or `until` passed. On timeout a receive is cancelled; a send is left to the
+  // destructor. Throws timeout_error naming the operation, peer, tag and bytes.
+  void wait(deadline until);
+
+ private:
+  friend class mpi_backend;
+  mpi_request(std::shared_ptr<detail::mpi_state> state, bool is_send, int peer, tag_t tag,
+              std::size_t bytes)
+      : state_(std::move(state)), is_send_(is_send), peer_(peer), tag_(tag), bytes_(bytes) {}
+  std::string describe() const;
+  void cancel() noexcept;
+
+  std::shared_ptr<detail::mpi_state> state_;  // keeps the communicator alive
+  std::vector<MPI_Request> reqs_;             // MPI_REQUEST_NULL once a piece finished
+  std::vector<int> piece_bytes_;
+  bool is_send_ = false;
+  int peer_ = 0;
+  tag_t tag_ = 0;
+  std::size_t bytes_ = 0;
+};
+
+class mpi_backend {
+ public:
+  using request = mpi_request;
+  static constexpr const char* name = "mpi";
+  // MPI's reductions combine in an order that depends on the algorithm it picks (and on the
+  // number of processes per node), so results may differ in the last bits from ring/tree.
+  static constexpr bool native_is_deterministic = false;
+  // MPI's collectives are tuned per size and topology by the MPI library itself (Open MPI's
+  // coll/tuned decision rules), so strategy::automatic defers to them for every size.
+  static constexpr const char* default_algo = "native:0-max";
+
+  // How an adopted communicator is held.
+  enum ownership {
+    duplicate,  // MPI_Comm_dup it; the duplicate is ours and freed by us
+    attach,     // use it as is; never freed by us (its error handler is still set to return)
+  };
+
+  // Initializes MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless already initialized, and
+  // works on a duplicate of MPI_COMM_WORLD. MPI is finalized at exit only if it was us who
+  // initialized it.
+  mpi_backend();
+  // Adopts an existing communicator (MPI must be initialized).
+  mpi_backend(MPI_Comm comm, ownership kind);
+
+  mpi_backend(mpi_backend&&) noexcept = default;
+  mpi_backend& operator=(mpi_backend&&) noexcept = default;
+  mpi_backend(const mpi_backend&) = delete;
+  mpi_backend& operator=(const mpi_backend&) = delete;
+  ~mpi_backend() = default;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  MPI_Comm comm() const noexcept;
+
+  [[nodiscard]] mpi_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
+  [[nodiscard]] mpi_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+
+  // Fails every pending and future wait of this process with peer_lost_error(reason).
+  void abort(const std::string& reason) noexcept;
+
+  // Native collectives: MPI's nonblocking collectives polled until `until`. MPI cannot cancel a
+  // collective, so after a timeout the backend is aborted and MPI may still write the buffers.
+  void native_allreduce(const void* in, void* out, std::size_t count, dtype t, reduce_op op,
+                        deadline until);
+  void native_reduce_scatter(const void* in, void* out, std::size_t recv_count, dtype t,
+                             reduce_op op, deadline until);
+  void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
+  void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
+  void native_barrier(deadline until);
+
+ private:
+  std::shared_ptr<detail::mpi_state> state_;
+};
+
+}  // namespace distcomm

@@ -1,0 +1,322 @@
+#include "distcomm/backends/mpi.hpp"
+
+#include <climits>
+#include <cstdlib>
+#include <utility>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "mpi_state.hpp"
+
+namespace distcomm {
+namespace detail {
+
+void mpi_check(int rc, const char* routine) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  throw backend_error("mpi", routine, rc, std::string(text, static_cast<std::size_t>(len)));
+}
+
+namespace {
+
+// MPI_Init_thread once per process, and MPI_Finalize at exit only if we initialized it.
+struct init_guard {
+  bool we_initialized = false;
+  init_guard() {
+    int initialized = 0;
+    mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
+    if (initialized) return;
+    int provided = 0;
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+              "MPI_Init_thread");
+    we_initialized = true;
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw backend_error("mpi", "MPI_Init_thread", provided,
+                          "the MPI library does not provide MPI_THREAD_SERIALIZED");
+    }
+  }
+  ~init_guard() {
+    int finalized = 0;
+    if (we_initialized && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+  }
+};
+
+void ensure_initialized() { static init_guard guard; }
+
+// The f16/bf16 reductions: MPI_UINT16_T payloads combined by distcomm::combine.
+template <dtype T, reduce_op Op>
+void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  combine(inout, inout, in, static_cast<std::size_t>(*len), T, Op);
+}
+using user_fn = void(void*, void*, int*, MPI_Datatype*);
+constexpr user_fn* half_fns[2][4] = {
+    {half_op<dtype::f16, reduce_op::sum>, half_op<dtype::f16, reduce_op::min>,
+     half_op<dtype::f16, reduce_op::max>, half_op<dtype::f16, reduce_op::prod>},
+    {half_op<dtype::bf16, reduce_op::sum>, half_op<dtype::bf16, reduce_op::min>,
+     half_op<dtype::bf16, reduce_op::max>, half_op<dtype::bf16, reduce_op::prod>}};
+
+}  // namespace
+
+mpi_state::mpi_state(MPI_Comm c, bool own) : comm(c), owned(own) {
+  try {
+    mpi_check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    for (int d = 0; d < 2; ++d) {
+      for (int o = 0; o < 4; ++o) {
+        half_ops[d][o] = MPI_OP_NULL;
+        mpi_check(MPI_Op_create(half_fns[d][o], 1, &half_ops[d][o]), "MPI_Op_create");
+      }
+    }
+  } catch (...) {
+    if (owned) MPI_Comm_free(&comm);
+    throw;
+  }
+}
+
+mpi_state::~mpi_state() {
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  for (auto& row : half_ops) {
+    for (MPI_Op& op : row) {
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+    }
+  }
+  if (owned && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+}
+
+void mpi_state::abort(const std::string& reason) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mu);
+    if (abort_reason.empty()) abort_reason = reason.empty() ? "aborted" : reason;
+  } catch (...) {
+  }
+  aborted.store(true, std::memory_order_release);
+}
+
+void mpi_state::throw_aborted() {
+  std::lock_guard<std::mutex> lock(mu);
+  throw peer_lost_error("mpi: rank " + std::to_string(rank) +
+                        ": communicator aborted: " + abort_reason);
+}
+
+}  // namespace detail
+
+namespace {
+
+// Largest piece of one message: messages above INT_MAX bytes are split (MPI counts are int).
+constexpr std::size_t max_piece = std::size_t{1} << 30;
+
+void check_peer(int peer, int size, const char* what) {
+  if (peer < 0 || peer >= size) {
+    throw invalid_argument_error(std::string("mpi: ") + what + ": peer " + std::to_string(peer) +
+                                 " is not a rank (world size " + std::to_string(size) + ")");
+  }
+}
+
+// Pieces of a `bytes`-long message: one piece up to INT_MAX, else 1 GiB pieces.
+template <class Post>
+void for_each_piece(std::size_t bytes, Post&& post) {
+  if (bytes <= static_cast<std::size_t>(INT_MAX)) {
+    post(std::size_t{0}, static_cast<int>(bytes));
+    return;
+  }
+  for (std::size_t off = 0; off < bytes; off += max_piece) {
+    post(off, static_cast<int>(std::min(max_piece, bytes - off)));
+  }
+}
+
+}  // namespace
+
+// ---- mpi_request -------------------------------------------------------------------------------
+
+mpi_request::mpi_request(mpi_request&& other) noexcept
+    : state_(std::move(other.state_)),
+      reqs_(std::move(other.reqs_)),
+      piece_bytes_(std::move(other.piece_bytes_)),
+      is_send_(other.is_send_),
+      peer_(other.peer_),
+      tag_(other.tag_),
+      bytes_(other.bytes_) {
+  other.reqs_.clear();
+  other.piece_bytes_.clear();
+}
+
+mpi_request& mpi_request::operator=(mpi_request&& other) noexcept {
+  if (this != &other) {
+    cancel();
+    state_ = std::move(other.state_);
+    reqs_ = std::move(other.reqs_);
+    piece_bytes_ = std::move(other.piece_bytes_);
+    other.reqs_.clear();
+    other.piece_bytes_.clear();
+    is_send_ = other.is_send_;
+    peer_ = other.peer_;
+    tag_ = other.tag_;
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+mpi_request::~mpi_request() { cancel(); }
+
+std::string mpi_request::describe() const {
+  return std::string(is_send_ ? "send of " : "receive of ") + std::to_string(bytes_) + " bytes " +
+         (is_send_ ? "to" : "from") + " rank " + std::to_string(peer_) + " (tag " +
+         std::to_string(tag_) + ")";
+}
+
+bool mpi_request::test() {
+  if (!state_) return true;
+  state_->check_aborted();
+  bool all_done = true;
+  for (std::size_t i = 0; i < reqs_.size(); ++i) {
+    if (reqs_[i] == MPI_REQUEST_NULL) continue;
+    int flag = 0;
+    MPI_Status st;
+    const int rc = MPI_Test(&reqs_[i], &flag, &st);
+    if (rc != MPI_SUCCESS) {
+      int cls = rc;
+      MPI_Error_class(rc, &cls);
+      reqs_[i] = MPI_REQUEST_NULL;  // an erroneous request is complete
+      if (cls == MPI_ERR_TRUNCATE) {
+        throw mismatch_error("mpi: rank " + std::to_string(state_->rank) + ": " + describe() +
+                             ": rank " + std::to_string(peer_) + " sent more bytes than posted (" +
+                             std::to_string(bytes_) +
+                             "); both ranks must use the same count and dtype");
+      }
+      detail::mpi_check(rc, "MPI_Test");
+    }
+    if (!flag) {
+      all_done = false;
+      continue;
+    }
+    if (!is_send_) {
+      int got = 0;
+      detail::mpi_check(MPI_Get_count(&st, MPI_BYTE, &got), "MPI_Get_count");
+      if (got != piece_bytes_[i]) {
+        const std::size_t sent = bytes_ - static_cast<std::size_t>(piece_bytes_[i] - got);
+        throw mismatch_error("mpi: rank " + std::to_string(state_->rank) + ": " + describe() +
+                             ": rank " + std::to_string(peer_) + " sent " + std::to_string(sent) +
+                             " bytes, rank " + std::to_string(state_->rank) + " expected " +
+                             std::to_string(bytes_) +
+                             "; both ranks must use the same count and dtype");
+      }
+    }
+  }
+  if (all_done) {
+    reqs_.clear();
+    state_.reset();
+  }
+  return all_done;
+}
+
+void mpi_request::wait(deadline until) {
+  if (!state_) return;
+  if (detail::mpi_poll([&] { return test(); }, until)) return;
+  const std::string what = describe();
+  const int me = state_->rank;
+  if (!is_send_) cancel();  // a receive can be cancelled; a send is left to the destructor
+  throw timeout_error("mpi: rank " + std::to_string(me) + ": " + what +
+                      " did not complete before the deadline (DISTCOMM_TIMEOUT); rank " +
+                      std::to_string(peer_) +
+                      " may be dead, stuck or not calling the same "
+                      "collective");
+}
+
+void mpi_request::cancel() noexcept {
+  if (!state_) return;
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
+    if (is_send_) {
+      // MPI_Cancel of a send is deprecated and not implemented by Open MPI's ob1: wait a bounded
+      // time for the peer to take it, then let go of the request.
+      const deadline until = clock::now() + std::chrono::seconds(3);
+      for (MPI_Request& r : reqs_) {
+        if (r == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        detail::mpi_poll(
+            [&] { return MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0; },
+            until);
+        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+      }
+    } else {
+      for (MPI_Request& r : reqs_) {
+        if (r == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);  // a cancelled receive completes locally
+      }
+    }
+  }
+  reqs_.clear();
+  piece_bytes_.clear();
+  state_.reset();
+}
+
+// ---- mpi_backend -------------------------------------------------------------------------------
+
+mpi_backend::mpi_backend() {
+  detail::ensure_initialized();
+  MPI_Comm dup = MPI_COMM_NULL;
+  detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
+  state_ = std::make_shared<detail::mpi_state>(dup, true);
+}
+
+mpi_backend::mpi_backend(MPI_Comm comm, ownership kind) {
+  int initialized = 0;
+  detail::mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (!initialized) {
+    throw invalid_argument_error(
+        "mpi: adopting a communicator needs MPI initialized first (or use mpi_backend())");
+  }
+  if (comm == MPI_COMM_NULL) throw invalid_argument_error("mpi: cannot adopt MPI_COMM_NULL");
+  if (kind == duplicate) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
+    state_ = std::make_shared<detail::mpi_state>(dup, true);
+  } else {
+    state_ = std::make_shared<detail::mpi_state>(comm, false);
+  }
+}
+
+int mpi_backend::rank() const noexcept { return state_ ? state_->rank : 0; }
+int mpi_backend::size() const noexcept { return state_ ? state_->size : 1; }
+MPI_Comm mpi_backend::comm() const noexcept { return state_ ? state_->comm : MPI_COMM_NULL; }
+
+mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  check_peer(peer, state_->size, "isend");
+  state_->check_aborted();
+  mpi_request r(state_, true, peer, tag, bytes);
+  for_each_piece(bytes, [&](std::size_t off, int n) {
+    MPI_Request q = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Isend(static_cast<const unsigned char*>(data) + off, n, MPI_BYTE, peer,
+                                static_cast<int>(tag), state_->comm, &q),
+                      "MPI_Isend");
+    r.reqs_.push_back(q);
+    r.piece_bytes_.push_back(n);
+  });
+  return r;
+}
+
+mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  check_peer(peer, state_->size, "irecv");
+  state_->check_aborted();
+  mpi_request r(state_, false, peer, tag, bytes);
+  for_each_piece(bytes, [&](std::size_t off, int n) {
+    MPI_Request q = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Irecv(static_cast<unsigned char*>(data) + off, n, MPI_BYTE, peer,
+                                static_cast<int>(tag), state_->comm, &q),
+                      "MPI_Irecv");
+    r.reqs_.push_back(q);
+    r.piece_bytes_.push_back(n);
+  });
+  return r;
+}
+
+void mpi_backend::abort(const std::string& reason) noexcept {
+  if (state_) state_->abort(reason);
+}
+
+}  // namespace distcomm

@@ -1,0 +1,171 @@
+// Native collectives: MPI's nonblocking collectives, polled with MPI_Test until the deadline
+// (MPI_Wait cannot time out), so even the native path fails in bounded time.
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "distcomm/backends/mpi.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "mpi_state.hpp"
+
+namespace distcomm {
+namespace {
+
+bool is_half(dtype t) { return t == dtype::f16 || t == dtype::bf16; }
+
+MPI_Datatype mpi_type(dtype t) {
+  switch (t) {
+    case dtype::f16:
+    case dtype::bf16:
+      return MPI_UINT16_T;  // reduced by the user-defined ops in mpi_state
+    case dtype::f32:
+      return MPI_FLOAT;
+    case dtype::f64:
+      return MPI_DOUBLE;
+    case dtype::i8:
+      return MPI_INT8_T;
+    case dtype::u8:
+      return MPI_UINT8_T;
+    case dtype::i32:
+      return MPI_INT32_T;
+    case dtype::i64:
+      return MPI_INT64_T;
+  }
+  throw invalid_argument_error("mpi: invalid dtype value " + std::to_string(static_cast<int>(t)));
+}
+
+int op_index(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+    case reduce_op::avg:  // sum, then divide()
+      return 0;
+    case reduce_op::min:
+      return 1;
+    case reduce_op::max:
+      return 2;
+    case reduce_op::prod:
+      return 3;
+  }
+  throw invalid_argument_error("mpi: invalid reduce_op value " +
+                               std::to_string(static_cast<int>(op)));
+}
+
+MPI_Op mpi_op(const detail::mpi_state& s, dtype t, reduce_op op) {
+  const int i = op_index(op);
+  if (is_half(t)) return s.half_ops[t == dtype::f16 ? 0 : 1][i];
+  constexpr MPI_Op builtin[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+  return builtin[i];
+}
+
+int checked_count(std::size_t count, const char* what) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw invalid_argument_error(std::string("mpi: native ") + what + " of " +
+                                 std::to_string(count) +
+                                 " elements: MPI counts are int; above INT_MAX use ring or tree "
+                                 "(DISTCOMM_ALGO) or split the tensor");
+  }
+  return static_cast<int>(count);
+}
+
+// Polls a collective's request until done or `until`. MPI cannot cancel a collective, so a
+// timeout aborts the backend: its buffers may still be written by MPI afterwards.
+void finish(detail::mpi_state& s, MPI_Request& req, const char* what, std::size_t bytes,
+            deadline until) {
+  int rc = MPI_SUCCESS;
+  const bool done = detail::mpi_poll(
+      [&] {
+        int flag = 0;
+        rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+        return rc != MPI_SUCCESS || flag != 0;
+      },
+      until);
+  detail::mpi_check(rc, "MPI_Test");
+  if (done) return;
+  const std::string msg = "mpi: rank " + std::to_string(s.rank) + ": native " + what + " of " +
+                          std::to_string(bytes) +
+                          " bytes did not complete before the deadline (DISTCOMM_TIMEOUT); some "
+                          "rank of " +
+                          std::to_string(s.size) + " is dead, stuck or in another collective";
+  s.abort(msg);  // the request stays pending inside MPI: this communicator is unusable now
+  throw timeout_error(msg);
+}
+
+}  // namespace
+
+void mpi_backend::native_allreduce(const void* in, void* out, std::size_t count, dtype t,
+                                   reduce_op op, deadline until) {
+  detail::mpi_state& s = *state_;
+  s.check_aborted();
+  const int n = checked_count(count, "allreduce");
+  if (n == 0) return;
+  MPI_Request req = MPI_REQUEST_NULL;
+  detail::mpi_check(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, mpi_type(t),
+                                   mpi_op(s, t, op), s.comm, &req),
+                    "MPI_Iallreduce");
+  finish(s, req, "allreduce", count * dtype_size(t), until);
+  if (op == reduce_op::avg) divide(out, out, count, t, static_cast<std::size_t>(s.size));
+}
+
+void mpi_backend::native_reduce_scatter(const void* in, void* out, std::size_t recv_count, dtype t,
+                                        reduce_op op, deadline until) {
+  detail::mpi_state& s = *state_;
+  s.check_aborted();
+  const int n = checked_count(recv_count, "reduce_scatter");
+  if (n == 0) return;
+  // MPI_IN_PLACE here means "the input is in out", a different layout: copy an aliased input.
+  std::vector<unsigned char> copy;
+  if (in == out) {
+    const std::size_t total = recv_count * static_cast<std::size_t>(s.size) * dtype_size(t);
+    copy.assign(static_cast<const unsigned char*>(in),
+                static_cast<const unsigned char*>(in) + total);
+    in = copy.data();
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  detail::mpi_check(
+      MPI_Ireduce_scatter_block(in, out, n, mpi_type(t), mpi_op(s, t, op), s.comm, &req),
+      "MPI_Ireduce_scatter_block");
+  finish(s, req, "reduce_scatter", recv_count * dtype_size(t), until);
+  if (op == reduce_op::avg) divide(out, out, recv_count, t, static_cast<std::size_t>(s.size));
+}
+
+void mpi_backend::native_allgather(const void* in, void* out, std::size_t send_count, dtype t,
+                                   deadline until) {
+  detail::mpi_state& s = *state_;
+  s.check_aborted();
+  const int n = checked_count(send_count, "allgather");
+  checked_count(send_count * static_cast<std::size_t>(s.size), "allgather");
+  if (n == 0) return;
+  const std::size_t bytes = send_count * dtype_size(t);
+  const void* mine = static_cast<unsigned char*>(out) + static_cast<std::size_t>(s.rank) * bytes;
+  MPI_Request req = MPI_REQUEST_NULL;
+  detail::mpi_check(MPI_Iallgather(in == mine ? MPI_IN_PLACE : in, n, mpi_type(t), out, n,
+                                   mpi_type(t), s.comm, &req),
+                    "MPI_Iallgather");
+  finish(s, req, "allgather", bytes, until);
+}
+
+void mpi_backend::native_broadcast(void* data, std::size_t count, dtype t, int root,
+                                   deadline until) {
+  detail::mpi_state& s = *state_;
+  if (root < 0 || root >= s.size) {
+    throw invalid_argument_error("mpi: broadcast root " + std::to_string(root) +
+                                 " is not a rank (world size " + std::to_string(s.size) + ")");
+  }
+  s.check_aborted();
+  const int n = checked_count(count, "broadcast");
+  if (n == 0) return;
+  MPI_Request req = MPI_REQUEST_NULL;
+  detail::mpi_check(MPI_Ibcast(data, n, mpi_type(t), root, s.comm, &req), "MPI_Ibcast");
+  finish(s, req, "broadcast", count * dtype_size(t), until);
+}
+
+void mpi_backend::native_barrier(deadline until) {
+  detail::mpi_state& s = *state_;
+  s.check_aborted();
+  MPI_Request req = MPI_REQUEST_NULL;
+  detail::mpi_check(MPI_Ibarrier(s.comm, &req), "MPI_Ibarrier");
+  finish(s, req, "barrier", 0, until);
+}
+
+}  // namespace distcomm

@@ -1,0 +1,62 @@
+// Internals shared by the MPI backend's translation units: the communicator state every request
+// keeps alive, the one MPI error check, and the polling loop used by every wait.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/core/error.hpp"
+
+namespace distcomm::detail {
+
+// Every MPI return code goes through here: MPI_SUCCESS passes, anything else becomes a
+// backend_error carrying the routine, the code and MPI_Error_string.
+void mpi_check(int rc, const char* routine);
+#define DISTCOMM_MPI_CHECK(call, routine) ::distcomm::detail::mpi_check((call), routine)
+
+struct mpi_state {
+  MPI_Comm comm = MPI_COMM_NULL;
+  bool owned = false;  // freed by us
+  int rank = 0;
+  int size = 1;
+  std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::string abort_reason;
+  MPI_Op half_ops[2][4] = {};  // [f16, bf16][sum, min, max, prod], user-defined
+
+  mpi_state(MPI_Comm c, bool own);
+  ~mpi_state();
+  mpi_state(const mpi_state&) = delete;
+  mpi_state& operator=(const mpi_state&) = delete;
+
+  void abort(const std::string& reason) noexcept;
+  [[noreturn]] void throw_aborted();
+  void check_aborted() {
+    if (aborted.load(std::memory_order_acquire)) throw_aborted();
+  }
+};
+
+// Polls `done()` (which drives MPI progress through MPI_Test) with a short backoff: spin first
+// (latency of small messages), then yield, then sleep a few microseconds so a long wait does not
+// burn a core. Returns false if `until` passed first.
+template <class Done>
+bool mpi_poll(Done&& done, deadline until) {
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if (clock::now() >= until) return done();
+    if (i < 200) continue;
+    if (i < 1000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
+
+}  // namespace distcomm::detail
