@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# print_world.sh: a stand-in for distcomm-hello while the real world detection is being written.
+# print_world.sh: a stand-in for distcomm-hello that tests the harness, not DistComm's detection.
 # Prints the launcher variables it was given, then one line in hello's format,
 #   rank R/N: print_world via VARIABLE ok
 # with R and N taken from the first launcher it recognises (the order of docs/RENDEZVOUS.md:

@@ -18,6 +18,9 @@
 #                    NODE_RANK (and AZUREML_* markers)
 #   azureml-mpi-env  AzureML MPI job, simulated (no mpirun): OMPI_COMM_WORLD_RANK/SIZE/
 #                    LOCAL_RANK/LOCAL_SIZE and AZ_BATCH_MASTER_NODE=127.0.0.1:PORT
+#   distcomm-run     DistComm's own launcher (needs --distcomm-run)
+#   distcomm-run-mpi distcomm-run --backend mpi, which hands the start to Open MPI's mpirun
+#                    (needs --distcomm-run); shared memory only, as for openmpi
 # The *-env modes start the NP processes themselves and set no DISTCOMM_* variable.
 #
 # OPTIONS:
@@ -28,12 +31,16 @@
 #                              other ranks, as "(0|2|3)") must match no line of rank R's output;
 #                              e.g. 'rank {notrank}/' catches one process that ran every rank
 #   --expect PATTERN           must match a line of some rank's output (grep -E); repeatable
+#   --expect-fail              the run must fail instead: some process exits non-zero (not by
+#                              the timeout); the --expect patterns must still match
+#   --distcomm-run PATH        the distcomm-run executable (for the distcomm-run launchers)
 #
 # Exit status: 0 when every process exited 0 (and the expectations held); 124 on timeout;
 # 77 when the launcher is not usable here (not installed, not root for Slurm), with the reason;
 # otherwise 1 or the failing process's status (77 from a process is reported as 1).
 # Before starting, every launcher variable inherited from the caller (SLURM_*, OMPI_*, PMI_*,
-# RANK, TF_CONFIG, DISTCOMM_RANK, ...) is removed, so a test run inside a job sees only ours.
+# RANK, TF_CONFIG, DISTCOMM_RANK, ...) is removed, so a test run inside a job sees only ours, and
+# so is DISTCOMM_BACKEND (the program's backend is chosen on its command line).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,6 +68,8 @@ timeout_s=60
 expect_per_rank=()
 forbid_per_rank=()
 expect_any=()
+expect_fail=0
+distcomm_run=""
 while (($#)); do
   case "$1" in
     --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
@@ -68,6 +77,8 @@ while (($#)); do
     --expect-per-rank) expect_per_rank+=("${2:?--expect-per-rank needs a pattern}"); shift 2 ;;
     --forbid-per-rank) forbid_per_rank+=("${2:?--forbid-per-rank needs a pattern}"); shift 2 ;;
     --expect) expect_any+=("${2:?--expect needs a pattern}"); shift 2 ;;
+    --expect-fail) expect_fail=1; shift ;;
+    --distcomm-run) distcomm_run="${2:?--distcomm-run needs a path}"; shift 2 ;;
     -h | --help) usage ;;
     -*) echo "unknown option $1" >&2; usage ;;
     *) break ;;
@@ -103,7 +114,7 @@ scrub_environment() {
         ROLE_WORLD_SIZE | ROLE_NAME | NODE_RANK | MASTER_ADDR | MASTER_PORT | TF_CONFIG)
         unset "$v" ;;
       DISTCOMM_RANK | DISTCOMM_WORLD_SIZE | DISTCOMM_LOCAL_RANK | DISTCOMM_MASTER_ADDR | \
-        DISTCOMM_MASTER_PORT | DISTCOMM_STORE_ADDR)
+        DISTCOMM_MASTER_PORT | DISTCOMM_STORE_ADDR | DISTCOMM_BACKEND)
         unset "$v" ;;
     esac
   done
@@ -293,8 +304,9 @@ check_mpi_alternatives() {
   fi
 }
 
-start_openmpi() {
-  local mpirun=""
+# find_openmpi: sets mpirun to Open MPI's mpirun, or skips.
+find_openmpi() {
+  mpirun=""
   if command -v mpirun.openmpi >/dev/null 2>&1; then
     mpirun="$(command -v mpirun.openmpi)"
   elif command -v mpirun >/dev/null 2>&1 &&
@@ -304,6 +316,11 @@ start_openmpi() {
     skip "Open MPI's mpirun is not installed (apt-get install openmpi-bin)"
   fi
   check_mpi_alternatives
+}
+
+start_openmpi() {
+  local mpirun
+  find_openmpi
   # btl self,vader: shared memory only, no network. No single-copy (CMA) transfers: containers
   # often forbid process_vm_readv between processes. oob over loopback only. --bind-to none:
   # oversubscribed runs must not pin ranks to the same core. Session files in our directory.
@@ -326,6 +343,31 @@ start_mpich() {
   # -launcher fork: no ssh, even for "localhost"; -iface lo: loopback only.
   run_launcher mpiexec.hydra PMI_RANK \
     "$hydra" -launcher fork -hosts localhost -iface lo -n "$np"
+}
+
+# distcomm_run_path: checks --distcomm-run; sets inner_timeout, distcomm-run's own --timeout,
+# a little before ours so that it stops the job and says so itself.
+distcomm_run_path() {
+  [[ -n "$distcomm_run" ]] || fail "launcher $launcher needs --distcomm-run PATH"
+  [[ -x "$distcomm_run" ]] || fail "$distcomm_run: not an executable file (not built?)"
+  inner_timeout=$((timeout_s > 10 ? timeout_s - 5 : timeout_s))
+}
+
+start_distcomm_run() {
+  local inner_timeout
+  distcomm_run_path
+  run_launcher distcomm-run DISTCOMM_RANK "$distcomm_run" -np "$np" --timeout "$inner_timeout" --
+}
+
+start_distcomm_run_mpi() {
+  local mpirun inner_timeout
+  distcomm_run_path
+  find_openmpi
+  # As for openmpi: shared memory only, oob over loopback, session files in our directory. The
+  # single-copy mechanism is left to distcomm-run (it turns it off where it cannot work).
+  export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_orte_tmpdir_base="$tmp"
+  run_launcher distcomm-run OMPI_COMM_WORLD_RANK \
+    "$distcomm_run" --backend mpi --mpirun "$mpirun" -np "$np" --timeout "$inner_timeout" --
 }
 
 start_slurm() {
@@ -423,8 +465,10 @@ case "$launcher" in
   tfconfig-env) start_tfconfig_env ;;
   azureml-env) start_azureml_env ;;
   azureml-mpi-env) start_azureml_mpi_env ;;
+  distcomm-run) start_distcomm_run ;;
+  distcomm-run-mpi) start_distcomm_run_mpi ;;
   *) fail "unknown launcher '$launcher' (openmpi, mpich, slurm, torchrun-env, tfconfig-env," \
-    "azureml-env, azureml-mpi-env)" ;;
+    "azureml-env, azureml-mpi-env, distcomm-run, distcomm-run-mpi)" ;;
 esac
 case "$launcher" in *-env) real_launcher=0 ;; esac
 
@@ -432,8 +476,20 @@ status=0
 wait_all || status=$?
 pids=()
 print_outputs
-if ((status == 0)) && ((real_launcher)); then check_ranks || status=1; fi
-if ((status == 0)); then check_expectations || status=1; fi
+if ((expect_fail)); then
+  # The failure is the expected outcome; a timeout is not that failure.
+  if ((status == 0)); then
+    note "every process exited 0, but a failure was expected"
+    status=1
+  elif ((status != 124)); then
+    note "failed as expected (status $status)"
+    status=0
+    check_expectations || status=1
+  fi
+else
+  if ((status == 0)) && ((real_launcher)); then check_ranks || status=1; fi
+  if ((status == 0)); then check_expectations || status=1; fi
+fi
 if ((status == 0)); then
   note "OK: $launcher, $np processes"
 else

@@ -1,6 +1,7 @@
 // distcomm-test-child: the program test_launcher starts under distcomm-run. It runs the actions
-// on its command line in order; each rank reads its rank from DISTCOMM_RANK. Output goes straight
-// to the file descriptors (no stdio buffer), so what a test sees does not depend on buffering.
+// on its command line in order; each rank reads its rank from DISTCOMM_RANK (OMPI_COMM_WORLD_RANK
+// when distcomm-run --backend mpi had mpirun start it). Output goes straight to the file
+// descriptors (no stdio buffer), so what a test sees does not depend on buffering.
 //
 //   env A,B,...        one stdout line: "A=value B=value" ("<unset>" when a variable is unset)
 //   print TEXT         TEXT and a newline on stdout        eprint TEXT   the same on stderr
@@ -105,7 +106,11 @@ extern "C" void record_signal(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const char* r = std::getenv("DISTCOMM_RANK")) my_rank = std::atoi(r);
+  if (const char* r = std::getenv("DISTCOMM_RANK")) {
+    my_rank = std::atoi(r);
+  } else if (const char* o = std::getenv("OMPI_COMM_WORLD_RANK")) {
+    my_rank = std::atoi(o);
+  }
   const std::string me = std::to_string(my_rank);
   for (int i = 1; i < argc; ++i) {
     const std::string action = argv[i];

@@ -680,3 +680,154 @@ TEST_CASE("launcher: --print-config prints the configuration the ranks will read
   CHECK_HAS(r.out, "DISTCOMM_BACKEND=gloo\n");
   CHECK_HAS(r.out, "DISTCOMM_TIMEOUT=42\n");
 }
+
+// ---- --backend mpi: mpirun starts the ranks ----------------------------------------------------
+// Cases that start no mpirun run with the others; those that do form the test suite "mpirun"
+// (ctest test_launcher_mpirun, registered where MPI was found, one mpirun test at a time).
+
+TEST_CASE("launcher: --backend mpi without a usable mpirun is one clear error") {
+  SUBCASE("the named mpirun does not exist") {
+    const result env = run({"-np", "2", "--backend", "mpi", child_path, "print", "ran"},
+                           clean_env({{"DISTCOMM_MPIRUN", "/nonexistent/mpirun"}}));
+    CHECK(env.code == 127);
+    CHECK_HAS(env.err, "DISTCOMM_MPIRUN=/nonexistent/mpirun: no such executable");
+    CHECK(env.out == "");
+    const result opt = run({"-np", "2", "--backend", "mpi", "--mpirun", "/nonexistent/mpirun",
+                            child_path, "print", "ran"});
+    CHECK(opt.code == 127);
+    CHECK_HAS(opt.err, "--mpirun /nonexistent/mpirun: no such executable");
+  }
+  SUBCASE("not Open MPI's mpirun") {
+    const result r =
+        run({"-np", "2", "--backend", "mpi", "--mpirun", "/bin/echo", child_path, "print", "ran"});
+    CHECK(r.code == 2);
+    CHECK_HAS(r.err, "/bin/echo is not Open MPI's mpirun");
+    CHECK(r.out == "");
+  }
+  SUBCASE("--mpirun without --backend mpi") {
+    const result r = run({"-np", "2", "--mpirun", "/bin/echo", child_path, "print", "ran"});
+    CHECK(r.code == 2);
+    CHECK_HAS(r.err, "--mpirun is for --backend mpi");
+  }
+}
+
+TEST_CASE("launcher: --print-world with --backend mpi shows the worlds mpirun will give") {
+  const result r = run({"-np", "3", "--backend", "mpi", "--print-world"});
+  CHECK(r.code == 0);
+  const std::vector<std::string> lines = lines_of(r.out);
+  REQUIRE(lines.size() == 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    CAPTURE(lines[static_cast<std::size_t>(rank)]);
+    CHECK_HAS(lines[static_cast<std::size_t>(rank)], "rank " + std::to_string(rank) + "/3");
+    CHECK_HAS(lines[static_cast<std::size_t>(rank)], "from open_mpi");
+  }
+}
+
+namespace {
+
+// mpirun's own listener on loopback only; the caller's single-copy choice left out.
+env_changes mpi_env(env_changes extra = {}) {
+  env_changes e = clean_env({{"OMPI_MCA_oob_tcp_if_include", "lo"},
+                             {"OMPI_MCA_btl_vader_single_copy_mechanism", std::nullopt},
+                             {"DISTCOMM_MPIRUN", std::nullopt}});
+  for (auto& [k, v] : extra) e[k] = v;
+  return e;
+}
+
+// The env line of every rank of a job mpirun started, by OMPI_COMM_WORLD_RANK.
+std::map<int, std::map<std::string, std::string>> mpi_job_env(const std::vector<std::string>& args,
+                                                              const env_changes& changes,
+                                                              const std::string& vars) {
+  std::vector<std::string> all = args;
+  all.insert(all.end(), {child_path, "env", "OMPI_COMM_WORLD_RANK," + vars});
+  const result r = run(all, changes);
+  CHECK(r.code == 0);
+  INFO("stderr: " << r.err);
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  for (const auto& line : lines_of(r.out)) {
+    auto m = parse_env_line(line);
+    by_rank[std::atoi(m["OMPI_COMM_WORLD_RANK"].c_str())] = m;
+  }
+  return by_rank;
+}
+
+}  // namespace
+
+TEST_SUITE("mpirun") {
+  TEST_CASE("launcher, mpirun: the ranks get mpirun's world and the job's DISTCOMM_* settings") {
+    const auto ranks = mpi_job_env(
+        {"-np", "3", "--backend", "mpi"}, mpi_env({{"DISTCOMM_TIMEOUT", "42"}, {"RANK", "7"}}),
+        "OMPI_COMM_WORLD_SIZE,DISTCOMM_RANK,DISTCOMM_WORLD_SIZE,RANK,WORLD_SIZE,MASTER_ADDR,"
+        "DISTCOMM_BACKEND,DISTCOMM_AUTH_TOKEN,DISTCOMM_TIMEOUT,"
+        "OMPI_MCA_btl_vader_single_copy_mechanism");
+    REQUIRE(ranks.size() == 3);
+    const std::string token = ranks.at(0).at("DISTCOMM_AUTH_TOKEN");
+    CHECK(is_hex64(token));
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      const auto& e = ranks.at(r);
+      CHECK(e.at("OMPI_COMM_WORLD_SIZE") == "3");
+      for (const char* unset :
+           {"DISTCOMM_RANK", "DISTCOMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR"}) {
+        CHECK_MESSAGE(e.at(unset) == "<unset>", unset);
+      }
+      CHECK(e.at("DISTCOMM_BACKEND") == "mpi");
+      CHECK(e.at("DISTCOMM_AUTH_TOKEN") == token);
+      CHECK(e.at("DISTCOMM_TIMEOUT") == "42");
+      // Turned off only where the probe found cross-process reads refused.
+      const std::string single_copy = e.at("OMPI_MCA_btl_vader_single_copy_mechanism");
+      CHECK((single_copy == "<unset>" || single_copy == "none"));
+    }
+  }
+
+  TEST_CASE("launcher, mpirun: the caller's DISTCOMM_BACKEND=mpi and single-copy choice count") {
+    const auto ranks = mpi_job_env(
+        {"-np", "2"},
+        mpi_env({{"DISTCOMM_BACKEND", "mpi"}, {"OMPI_MCA_btl_vader_single_copy_mechanism", "cma"}}),
+        "OMPI_COMM_WORLD_SIZE,OMPI_MCA_btl_vader_single_copy_mechanism");
+    REQUIRE(ranks.size() == 2);
+    for (const auto& [rank, vars] : ranks) {
+      CAPTURE(rank);
+      CHECK(vars.at("OMPI_COMM_WORLD_SIZE") == "2");
+      CHECK(vars.at("OMPI_MCA_btl_vader_single_copy_mechanism") == "cma");
+    }
+  }
+
+  TEST_CASE("launcher, mpirun: the exit code of a failing rank comes back through mpirun") {
+    const result r =
+        run({"-np", "2", "--backend", "mpi", child_path, "rank-exit", "1", "3", "sleep-forever"},
+            mpi_env());
+    CHECK(r.code == 3);
+    CHECK_HAS(r.err, "distcomm-run: mpirun exited with code 3\n");
+    CHECK(r.seconds < 10);
+  }
+
+  TEST_CASE("launcher, mpirun: --timeout stops mpirun and every rank") {
+    scratch_dir dir;
+    launch l({"-np", "2", "--backend", "mpi", "--timeout", "1.5", "--grace", "2", child_path,
+              "pidfile", dir.str(), "sleep-forever"},
+             mpi_env());
+    const result r = l.wait();
+    CHECK(r.code == 124);
+    CHECK_HAS(r.err, "distcomm-run: job did not finish within 1.5 s (--timeout); killed mpirun\n");
+    CHECK(r.seconds >= 1.5);
+    CHECK(r.seconds < 8);
+    check_all_gone(dir, 2);
+  }
+
+  TEST_CASE("launcher, mpirun: --tag-output is mpirun's own") {
+    const result r = run(
+        {"-np", "2", "--backend", "mpi", "--tag-output", child_path, "print", "hello"}, mpi_env());
+    CHECK(r.code == 0);
+    const std::vector<std::string> lines = lines_of(r.out);
+    REQUIRE(lines.size() == 2);
+    std::set<std::string> tags;
+    for (const auto& line : lines) {
+      CAPTURE(line);
+      CHECK(line.substr(line.size() - 5) == "hello");
+      CHECK_HAS(line, "]<stdout>:");
+      tags.insert(line.substr(0, line.find(']') + 1));
+    }
+    CHECK(tags.size() == 2);  // one per rank: "[1,0]" and "[1,1]" (job id, rank)
+  }
+}

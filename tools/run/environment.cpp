@@ -127,6 +127,49 @@ environment rank_environment(const environment& job, int rank) {
   return env;
 }
 
+environment mpirun_environment(const environment& job, bool single_copy_works) {
+  environment env = job;
+  for (const char* name : {"DISTCOMM_RANK", "DISTCOMM_LOCAL_RANK", "DISTCOMM_WORLD_SIZE",
+                           "DISTCOMM_LOCAL_WORLD_SIZE", "DISTCOMM_NODE_RANK"}) {
+    env.unset(name);
+  }
+  env.unset_if(is_foreign_identity);  // job's WORLD_SIZE, MASTER_ADDR, ... (torchrun-style)
+  // Open MPI 4's shared-memory transport (vader) copies large messages straight from the other
+  // process (process_vm_readv); where that is refused every such message fails, so fall back to
+  // copying through the shared segment. The caller's own choice wins.
+  const std::string single_copy = "OMPI_MCA_btl_vader_single_copy_mechanism";
+  if (!single_copy_works && env.get(single_copy) == nullptr) env.set(single_copy, "none");
+  return env;
+}
+
+environment open_mpi_rank_environment(const environment& mpirun_env, int rank, int np) {
+  environment env = mpirun_env;
+  env.set("OMPI_COMM_WORLD_RANK", std::to_string(rank));
+  env.set("OMPI_COMM_WORLD_SIZE", std::to_string(np));
+  env.set("OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(rank));
+  env.set("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(np));
+  return env;
+}
+
+std::vector<std::string> mpirun_command(const mpirun_settings& settings, const environment& env,
+                                        const std::vector<std::string>& program) {
+  // --oversubscribe: -np may exceed the cores, as it may with distcomm-run itself.
+  std::vector<std::string> cmd = {settings.mpirun, "-np", std::to_string(settings.np),
+                                  "--oversubscribe"};
+  if (settings.as_root) cmd.emplace_back("--allow-run-as-root");
+  if (settings.tag_output) cmd.emplace_back("--tag-output");
+  // Local ranks inherit mpirun's environment anyway; -x also carries these to other nodes.
+  for (const auto& e : env.entries()) {
+    if (starts_with(e, "DISTCOMM_")) {
+      cmd.emplace_back("-x");
+      cmd.push_back(e.substr(0, name_length(e)));
+    }
+  }
+  cmd.emplace_back("--");
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  return cmd;
+}
+
 bool needs_token(const environment& caller, bool no_auth) {
   return !no_auth && caller.get("DISTCOMM_AUTH_TOKEN") == nullptr &&
          caller.get("DISTCOMM_AUTH_TOKEN_FILE") == nullptr;

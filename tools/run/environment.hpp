@@ -56,6 +56,30 @@ environment job_environment(const environment& caller, const job_settings& setti
 // job plus the variables that differ per rank (every rank is local: local rank = rank).
 environment rank_environment(const environment& job, int rank);
 
+// --backend mpi: mpirun starts the ranks and tells each its rank and size, so the environment
+// mpirun gets is `job` without the rank, size and torchrun-style variables distcomm-run would set
+// (every DISTCOMM_* setting of the job stays: backend, master address and port, token). Unless
+// the caller chose a single-copy mechanism for Open MPI's shared-memory transport, it is set to
+// `none` when `single_copy_works` is false (see cross_process_reads_work()).
+environment mpirun_environment(const environment& job, bool single_copy_works);
+
+// What Open MPI's mpirun adds for rank `rank` of an `np`-rank job on this machine (--print-world
+// shows the world each rank will detect).
+environment open_mpi_rank_environment(const environment& mpirun_env, int rank, int np);
+
+struct mpirun_settings {
+  std::string mpirun;  // Open MPI's mpirun (path, or a name looked up in PATH)
+  int np = 1;
+  bool as_root = false;     // adds --allow-run-as-root
+  bool tag_output = false;  // adds --tag-output
+};
+
+// mpirun's command line: -np N --oversubscribe [--allow-run-as-root] [--tag-output], one
+// `-x NAME` per DISTCOMM_* variable of `env` (exported to every rank, on any node), `--`, then
+// the program and its arguments.
+std::vector<std::string> mpirun_command(const mpirun_settings& settings, const environment& env,
+                                        const std::vector<std::string>& program);
+
 // True when distcomm-run must generate a token: authentication is on and the caller did not
 // bring its own DISTCOMM_AUTH_TOKEN or DISTCOMM_AUTH_TOKEN_FILE.
 bool needs_token(const environment& caller, bool no_auth);

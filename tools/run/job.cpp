@@ -227,7 +227,8 @@ class supervisor {
     } while (n < 0 && errno == EINTR);
     close_fd(report.read);
     if (n == static_cast<ssize_t>(sizeof child_errno)) {
-      say("cannot start '" + o_.command.front() + "' for rank " + std::to_string(rank) + ": " +
+      say("cannot start '" + o_.command.front() + "'" +
+          (o_.launcher.empty() ? " for rank " + std::to_string(rank) : std::string()) + ": " +
           std::strerror(child_errno));
       fail_to_start(child_errno == ENOENT ? exit_not_found : exit_cannot_execute);
     }
@@ -262,6 +263,15 @@ class supervisor {
   }
 
   // ---- watching ----
+
+  // "rank 3", "ranks 0, 2", or the launcher's name when it is the one process started.
+  std::string ranks_text(const std::vector<int>& ranks) const {
+    return o_.launcher.empty() ? rank_list(ranks) : o_.launcher;
+  }
+  // "3 ranks", or the launcher's name.
+  std::string count_text(std::size_t n) const {
+    return o_.launcher.empty() ? plural(n, "rank") : o_.launcher;
+  }
 
   // Started, and it or something in its process group may still be running.
   static bool alive(const rank_process& r) { return r.pid > 0 && (r.running || !r.group_empty); }
@@ -310,7 +320,7 @@ class supervisor {
     ranks_[static_cast<std::size_t>(rank)].running = false;
     // Once the job is stopping, exits are its consequence, not new failures.
     if (stopping_ || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) return;
-    std::string what = "rank " + std::to_string(rank);
+    std::string what = ranks_text({rank});
     if (WIFSIGNALED(status)) {
       exit_code_ = exit_signal_base + WTERMSIG(status);
       what += " was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
@@ -344,7 +354,7 @@ class supervisor {
     exit_code_ = exit_timeout;
     const std::vector<int> running = running_ranks();
     say("job did not finish within " + seconds_text(o_.timeout) + " (--timeout); killed " +
-        (running.empty() ? std::string("the processes its ranks started") : rank_list(running)));
+        (running.empty() ? std::string("the processes its ranks started") : ranks_text(running)));
     begin_stop(SIGTERM);
   }
 
@@ -352,7 +362,7 @@ class supervisor {
     if (sig == SIGCHLD) return;  // reap() runs at the top of every round
     if (!stopping_) {
       exit_code_ = exit_signal_base + sig;
-      say("received " + signal_name(sig) + "; forwarding it to " + plural(running_count(), "rank"));
+      say("received " + signal_name(sig) + "; forwarding it to " + count_text(running_count()));
       begin_stop(sig);
     } else if (!kill_sent_) {
       say("received " + signal_name(sig) + " while stopping; sending SIGKILL");
@@ -369,7 +379,7 @@ class supervisor {
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       if (alive(ranks_[i])) groups.push_back(static_cast<int>(i));
     }
-    std::string who = groups.empty() ? std::string() : "processes started by " + rank_list(groups);
+    std::string who = groups.empty() ? std::string() : "processes started by " + ranks_text(groups);
     std::size_t loose = 0;  // orphans that left their rank's process group (setsid)
     for (pid_t p : orphans()) {
       const pid_t group = ::getpgid(p);
@@ -377,7 +387,8 @@ class supervisor {
                             [&](const rank_process& r) { return r.pid == group; });
     }
     if (loose > 0) who += (who.empty() ? "" : " and ") + plural(loose, "detached process");
-    say("every rank has exited but " + who + " are still running; stopping them");
+    say((o_.launcher.empty() ? std::string("every rank") : o_.launcher) + " has exited but " + who +
+        " are still running; stopping them");
     begin_stop(SIGTERM);
   }
 
@@ -418,7 +429,7 @@ class supervisor {
       if (alive(ranks_[i])) stuck.push_back(static_cast<int>(i));
     }
     if (left) {
-      say((stuck.empty() ? std::string("processes started by the job") : rank_list(stuck)) +
+      say((stuck.empty() ? std::string("processes started by the job") : ranks_text(stuck)) +
           " did not stop within " + seconds_text(o_.grace) + " of " + signal_name(stop_signal_) +
           " (--grace); sending SIGKILL");
     }

@@ -1,6 +1,8 @@
 // distcomm-run: starts N local processes of a program as the ranks of one DistComm job.
 //   distcomm-run -np 4 [--backend B] [--timeout S] [--tag-output] [--print-world] [--] prog args...
-// See tools/README.md for every option, the environment the ranks get and the exit codes.
+// With --backend mpi the ranks are started by Open MPI's mpirun, which distcomm-run runs and
+// watches in their place. See tools/README.md for every option, the environment the ranks get
+// and the exit codes.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,8 +23,14 @@
 #include "distcomm/rendezvous/world.hpp"
 #include "environment.hpp"
 #include "job.hpp"
+#include "posix.hpp"
 
 extern char** environ;
+
+// The mpirun found when DistComm was configured (FindMPI's MPIEXEC_EXECUTABLE), if any.
+#ifndef DISTCOMM_MPIRUN_DEFAULT
+#define DISTCOMM_MPIRUN_DEFAULT ""
+#endif
 
 namespace {
 
@@ -37,6 +46,13 @@ struct options {
   bool print_world = false;
   bool print_config = false;
   bool no_auth = false;
+  std::string mpirun;
+};
+
+// A failure with the launcher's exit code for it.
+struct launch_failure : std::runtime_error {
+  launch_failure(int c, const std::string& what) : std::runtime_error(what), code(c) {}
+  int code;
 };
 
 void complain(const std::string& what) { std::fprintf(stderr, "distcomm-run: %s\n", what.c_str()); }
@@ -56,6 +72,56 @@ std::vector<std::string> spell_np(int argc, char** argv) {
     if (a == "-np" || a.rfind("-np=", 0) == 0) a.insert(0, "-");
   }
   return args;
+}
+
+// --backend mpi: the mpirun that starts the ranks. --mpirun, else DISTCOMM_MPIRUN, else the one
+// found at configure time, else mpirun in PATH.
+std::string choose_mpirun(const std::string& option, const environment& caller) {
+  std::string named = option;
+  std::string how = "--mpirun " + option;
+  if (named.empty() && caller.get("DISTCOMM_MPIRUN") != nullptr) {
+    named = caller.get("DISTCOMM_MPIRUN");
+    how = "DISTCOMM_MPIRUN=" + named;
+  }
+  if (!named.empty()) {
+    const std::string path = find_program(named);
+    if (path.empty()) throw launch_failure(exit_not_found, how + ": no such executable");
+    return path;
+  }
+  const std::string configured = DISTCOMM_MPIRUN_DEFAULT;
+  for (const std::string& candidate : {configured, std::string("mpirun")}) {
+    const std::string path = find_program(candidate);
+    if (!path.empty()) return path;
+  }
+  throw launch_failure(
+      exit_not_found,
+      "--backend mpi: MPI ranks are started by Open MPI's mpirun, and none was found (" +
+          (configured.empty() ? std::string() : "not at " + configured + ", ") +
+          "not in PATH); install it (openmpi-bin) or name it with --mpirun PATH or "
+          "DISTCOMM_MPIRUN");
+}
+
+// The command line we build is Open MPI's: refuse another MPI's mpirun with a clear message rather
+// than let it fail on the first option it does not know.
+void require_open_mpi(const std::string& mpirun) {
+  std::string says;
+  try {
+    says = command_output({mpirun, "--version"}, std::chrono::seconds(10));
+  } catch (const std::exception& e) {
+    throw launch_failure(exit_internal_error,
+                         "cannot ask " + mpirun + " for its version: " + e.what());
+  }
+  // "mpirun (Open MPI) 4.1.4", "mpirun.openmpi (OpenRTE) 4.1.4" (4.x names itself so under any
+  // other name), both followed by the project's address.
+  for (const char* mark : {"Open MPI", "OpenRTE", "open-mpi.org"}) {
+    if (says.find(mark) != std::string::npos) return;
+  }
+  const std::string first_line = says.substr(0, says.find('\n'));
+  throw launch_failure(exit_usage, mpirun + " is not Open MPI's mpirun (its --version says '" +
+                                       first_line +
+                                       "'); --backend mpi drives Open MPI: name its mpirun with "
+                                       "--mpirun or DISTCOMM_MPIRUN, or start the job with your "
+                                       "MPI's own mpiexec");
 }
 
 }  // namespace
@@ -87,6 +153,9 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", o.print_config,
                "Print the DistComm configuration the ranks will read, and exit");
   app.add_flag("--no-auth", o.no_auth, "Give the ranks no DISTCOMM_AUTH_TOKEN");
+  app.add_option("--mpirun", o.mpirun,
+                 "With --backend mpi: Open MPI's mpirun to start the ranks (default: "
+                 "DISTCOMM_MPIRUN, else the one found at build time, else PATH)");
   app.prefix_command();  // everything from the program on belongs to the program
 
   std::vector<std::string> command;
@@ -142,6 +211,22 @@ int main(int argc, char** argv) {
       std::fputs(config.to_string().c_str(), stdout);
       return 0;
     }
+    // MPI processes must be started by MPI's own launcher (singletons cannot join each other):
+    // mpirun starts the ranks, and is the one process watched here.
+    const bool via_mpirun = config.backend == "mpi";
+    if (!o.mpirun.empty() && !via_mpirun) {
+      throw launch_failure(
+          exit_usage, "--mpirun is for --backend mpi" +
+                          (config.backend.empty() ? std::string()
+                                                  : "; the ranks' backend is " + config.backend));
+    }
+    environment mpirun_env;
+    if (via_mpirun) {
+      mpirun_env = mpirun_environment(job, cross_process_reads_work());
+      for (int r = 0; r < o.np; ++r) {  // what --print-world shows
+        ranks[static_cast<std::size_t>(r)] = open_mpi_rank_environment(mpirun_env, r, o.np);
+      }
+    }
     if (o.print_world) {
       for (int r = 0; r < o.np; ++r) {
         try {
@@ -162,8 +247,23 @@ int main(int argc, char** argv) {
     jo.timeout = std::chrono::duration<double>(o.timeout);
     jo.grace = std::chrono::duration<double>(o.grace);
     jo.tag_output = o.tag_output;
+    if (via_mpirun) {
+      mpirun_settings ms;
+      ms.mpirun = choose_mpirun(o.mpirun, caller);
+      require_open_mpi(ms.mpirun);
+      ms.np = o.np;
+      ms.as_root = ::geteuid() == 0;
+      ms.tag_output = o.tag_output;  // mpirun's own tags: it alone sees which rank wrote a line
+      jo.command = mpirun_command(ms, mpirun_env, command);
+      jo.tag_output = false;
+      jo.launcher = "mpirun";
+      ranks = {mpirun_env};
+    }
     std::fflush(nullptr);  // nothing buffered may be written twice (once by a forked child)
     return run_job(jo, ranks);
+  } catch (const launch_failure& e) {
+    complain(e.what());
+    return e.code;
   } catch (const distcomm::invalid_argument_error& e) {
     complain(e.what());
     return exit_usage;

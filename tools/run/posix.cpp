@@ -2,15 +2,26 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#endif
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 
 namespace distcomm::launcher {
 
@@ -70,6 +81,134 @@ std::vector<pid_t> own_children() {
   }
 #endif
   return out;
+}
+
+std::string find_program(const std::string& name) {
+  const auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+           ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.empty()) return {};
+  if (name.find('/') != std::string::npos) return runnable(name) ? name : std::string();
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (std::size_t begin = 0; begin <= dirs.size();) {
+    std::size_t end = dirs.find(':', begin);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end == begin ? "." : dirs.substr(begin, end - begin);
+    const std::string candidate = dir + "/" + name;
+    if (runnable(candidate)) return candidate;
+    begin = end + 1;
+  }
+  return {};
+}
+
+std::string command_output(const std::vector<std::string>& argv, std::chrono::milliseconds limit) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  fd_pair out = make_pipe();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    close_fd(out.read);
+    close_fd(out.write);
+    throw std::system_error(e, std::generic_category(), "fork");
+  }
+  if (pid == 0) {
+    const int in = ::open("/dev/null", O_RDONLY);
+    if (in >= 0) ::dup2(in, STDIN_FILENO);
+    ::dup2(out.write, STDOUT_FILENO);
+    ::dup2(out.write, STDERR_FILENO);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  close_fd(out.write);
+  const auto until = std::chrono::steady_clock::now() + limit;
+  std::string text;
+  bool finished = false;
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd p{out.read, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the limit passed
+    char buf[4096];
+    const ssize_t got = ::read(out.read, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      finished = true;  // end of file: it exited (or closed its output)
+      break;
+    }
+    if (text.size() < (64u << 10)) text.append(buf, static_cast<std::size_t>(got));
+  }
+  close_fd(out.read);
+  // End of file may come before the exit (a program that closes its output and goes on): the
+  // exit, too, must come before the limit.
+  while (finished) {
+    const pid_t r = ::waitpid(pid, nullptr, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) break;
+    if (std::chrono::steady_clock::now() >= until) {
+      finished = false;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!finished) {
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    throw std::runtime_error("'" + argv.front() + "' did not finish within " +
+                             std::to_string(limit.count()) + " ms");
+  }
+  return text;
+}
+
+bool cross_process_reads_work() {
+#ifdef __linux__
+  static const int probe = 0x5eed;  // the child's copy sits at the same address
+  fd_pair ready = make_pipe();
+  fd_pair done = make_pipe();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    for (int* fd : {&ready.read, &ready.write, &done.read, &done.write}) close_fd(*fd);
+    return false;
+  }
+  if (pid == 0) {
+    close_fd(ready.read);
+    close_fd(done.write);  // else the read below would never see end of file
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);  // fails harmlessly without Yama
+    const char byte = 1;
+    (void)!::write(ready.write, &byte, 1);
+    char ignored;
+    (void)!::read(done.read, &ignored, 1);  // returns when the parent closes its end
+    ::_exit(0);
+  }
+  close_fd(ready.write);
+  close_fd(done.read);
+  char byte = 0;
+  ssize_t n;
+  do {
+    n = ::read(ready.read, &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  int copy = 0;
+  iovec local{&copy, sizeof copy};
+  iovec remote{const_cast<int*>(&probe), sizeof probe};
+  const bool ok =
+      n == 1 &&
+      ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof copy) &&
+      copy == probe;
+  close_fd(ready.read);
+  close_fd(done.write);
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return ok;
+#else
+  return false;
+#endif
 }
 
 namespace {

@@ -7,7 +7,9 @@
 #include <sys/types.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace distcomm::launcher {
@@ -29,6 +31,21 @@ bool write_all(int fd, const char* data, std::size_t n);
 // and left behind (even after setsid or a double fork) once this process is their subreaper.
 // Empty where the system cannot tell (not Linux).
 std::vector<pid_t> own_children();
+
+// The file execvp would run for `name`: `name` itself when it holds a '/', else the first
+// executable `name` in PATH. Empty when there is none.
+std::string find_program(const std::string& name);
+
+// Runs argv (argv[0] as execvp finds it) with stdin from /dev/null and returns what it wrote to
+// stdout and stderr (at most 64 KiB). Throws std::system_error when it cannot be started, and
+// std::runtime_error when it has not finished within `limit` (it is killed then).
+std::string command_output(const std::vector<std::string>& argv, std::chrono::milliseconds limit);
+
+// True when one process may read another's memory with process_vm_readv, as Open MPI's
+// shared-memory transport does for large messages: a child that lets any process trace it (as
+// Open MPI's ranks do) is read by this one. Containers without CAP_SYS_PTRACE (Docker's default
+// seccomp profile) and Yama ptrace_scope 2 or 3 refuse it. False where Linux is not.
+bool cross_process_reads_work();
 
 // Installs the launcher's dispositions: SIGINT, SIGTERM, SIGHUP and SIGCHLD write their number to
 // a self-pipe (read by the main loop), SIGPIPE is ignored. A forwarded signal the launcher

@@ -6,6 +6,7 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/rendezvous/world.hpp"
 #include "mpi_state.hpp"
 
 namespace distcomm {
@@ -126,6 +127,34 @@ void for_each_piece(std::size_t bytes, Post&& post) {
   for (std::size_t off = 0; off < bytes; off += max_piece) {
     post(off, static_cast<int>(std::min(max_piece, bytes - off)));
   }
+}
+
+// A process that no MPI launcher started (distcomm-run without --backend mpi, a torchrun-style or
+// TF_CONFIG environment, srun without an MPI plugin) initializes MPI as a singleton: each such
+// process would silently run its own one-rank job. The launcher's variables say how many ranks
+// were meant, so refuse a world that disagrees with them. MPI launchers are not compared: their
+// variables describe MPI_COMM_WORLD itself.
+void check_launcher_world(int mpi_size) {
+  world_info w;
+  try {
+    w = detect_world();
+  } catch (const rendezvous_error&) {
+    return;  // the variables describe no world; MPI's own is the only one to go by
+  }
+  if (w.launcher == launcher_kind::none || w.launcher == launcher_kind::open_mpi ||
+      w.launcher == launcher_kind::mpich || w.size == mpi_size) {
+    return;
+  }
+  const std::string n = std::to_string(w.size);
+  throw rendezvous_error(
+      "mpi: MPI_COMM_WORLD has " + std::to_string(mpi_size) + " process" +
+      (mpi_size == 1 ? "" : "es") + " but the launcher's variables (" + to_string(w.launcher) +
+      ") describe " + n +
+      " ranks: this process was not started by an MPI launcher for this job, "
+      "so MPI would run it in a separate world. Start MPI jobs with mpirun -np " +
+      n + " or distcomm-run --backend mpi -np " + n +
+      " (which runs mpirun), or srun --mpi=pmix under Slurm; or choose "
+      "another backend");
 }
 
 }  // namespace
@@ -262,6 +291,7 @@ mpi_backend::mpi_backend() {
   MPI_Comm dup = MPI_COMM_NULL;
   detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
   state_ = std::make_shared<detail::mpi_state>(dup, true);
+  check_launcher_world(state_->size);
 }
 
 mpi_backend::mpi_backend(MPI_Comm comm, ownership kind) {
