@@ -2,6 +2,7 @@
 // (MPI_Wait cannot time out), so even the native path fails in bounded time.
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "distcomm/backends/mpi.hpp"
@@ -113,12 +114,17 @@ void mpi_backend::native_reduce_scatter(const void* in, void* out, std::size_t r
   s.check_aborted();
   const int n = checked_count(recv_count, "reduce_scatter");
   if (n == 0) return;
-  // MPI_IN_PLACE here means "the input is in out", a different layout: copy an aliased input.
+  // MPI forbids overlapping send and receive buffers, and its MPI_IN_PLACE means a different
+  // layout here ("the input is in out"): copy an input that overlaps the output in any way (in
+  // place, or nccl-tests' out = in + rank * recv_count).
   std::vector<unsigned char> copy;
-  if (in == out) {
-    const std::size_t total = recv_count * static_cast<std::size_t>(s.size) * dtype_size(t);
-    copy.assign(static_cast<const unsigned char*>(in),
-                static_cast<const unsigned char*>(in) + total);
+  const std::size_t total = recv_count * static_cast<std::size_t>(s.size) * dtype_size(t);
+  const auto* in_begin = static_cast<const unsigned char*>(in);
+  const auto* out_begin = static_cast<const unsigned char*>(out);
+  const std::less<const unsigned char*> before;
+  if (before(out_begin, in_begin + total) &&
+      before(in_begin, out_begin + recv_count * dtype_size(t))) {
+    copy.assign(in_begin, in_begin + total);
     in = copy.data();
   }
   MPI_Request req = MPI_REQUEST_NULL;

@@ -1,0 +1,506 @@
+// The one driver behind every distcomm-bench-<backend> executable: a template over the backend.
+// Each rank runs run(backend, options, env); only how the backend is made differs between the
+// executables (perf/main_*.cpp).
+//
+// Method, per size (as nccl-tests' all_reduce_perf, except where noted):
+//  * warm-up: -w collectives of every column at the largest and the smallest size, once;
+//  * buffers are zeroed (so repeated in-place reductions neither grow nor reach denormals), one
+//    untimed collective of every column runs, then a barrier;
+//  * -n repetitions, each running every column once in turn (out-of-place, in-place, peer), each
+//    collective timed on its own: drift in the machine's speed hits all columns alike (nccl-tests
+//    times -n out-of-place collectives, then -n in-place ones);
+//  * a rank's time is its mean per collective; ranks combine them as -a says;
+//  * -c check iterations: fill known inputs, run one collective, count wrong elements on every
+//    rank, sum them over the ranks.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "check.hpp"
+#include "distcomm/communicator.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/partition.hpp"
+#include "distcomm/fusion/buffer.hpp"
+#include "distcomm/strategy/automatic.hpp"
+#include "distcomm/strategy/native.hpp"
+#include "distcomm/strategy/parameter_server.hpp"
+#include "distcomm/strategy/ring.hpp"
+#include "distcomm/strategy/tree.hpp"
+#include "options.hpp"
+#include "peer.hpp"
+#include "report.hpp"
+
+namespace distcomm::bench {
+
+// What the executable tells the driver besides the backend.
+struct process_env {
+  std::string program;
+  int threads = 1;  // ranks in this process (nccl-tests' nThread)
+  peer_world peer;  // for --peer
+};
+
+// Zeroed host memory aligned to a page, as the peers harness allocates it.
+class host_buffer {
+ public:
+  host_buffer() = default;
+  explicit host_buffer(std::size_t bytes) {
+    const std::size_t rounded = (bytes / align + 1) * align;  // aligned_alloc needs a multiple
+    data_.reset(static_cast<unsigned char*>(std::aligned_alloc(align, rounded)));
+    if (!data_) throw error("cannot allocate " + std::to_string(bytes) + " bytes");
+    std::memset(data_.get(), 0, rounded);
+  }
+  unsigned char* get() const noexcept { return data_.get(); }
+
+ private:
+  static constexpr std::size_t align = 4096;
+  struct free_deleter {
+    void operator()(unsigned char* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<unsigned char, free_deleter> data_;
+};
+
+template <class Backend, class Strategy>
+class runner {
+ public:
+  runner(Backend backend, const options& o, const process_env& env)
+      : comm_(std::move(backend)), o_(o), env_(env) {}
+
+  // Returns the exit code: 0, or 1 when a check found wrong elements (on every rank alike).
+  int run() {
+    const int p = comm_.size();
+    if (o_.coll == collective::broadcast && o_.root >= p) {
+      throw invalid_argument_error("--root " + std::to_string(o_.root) +
+                                   " is not a rank (world size " + std::to_string(p) + ")");
+    }
+    if (!o_.peer.empty()) peer_ = make_peer(o_.peer, env_.peer);
+    const std::vector<std::string> devices = gather_devices();
+    if (comm_.rank() == 0) {
+      run_info info;
+      info.program = env_.program;
+      info.backend = Backend::name;
+      info.strategy = Strategy::name;
+      info.ranks = p;
+      info.threads = env_.threads;
+      info.peer = o_.peer;
+      info.peer_detail = peer_ ? peer_->description() : std::string();
+      info.fusion_threshold = comm_.settings().fusion_threshold;
+      info.devices = devices;
+      report_.emplace(o_, std::move(info));
+      report_->header();
+    }
+    if (o_.profile_file.empty()) {
+      sweep();
+    } else {
+      profile();
+    }
+    if (report_) report_->finish();
+    return errors_ ? 1 : 0;
+  }
+
+ private:
+  enum column : std::size_t { out_of_place, in_place, peer_column, columns };
+
+  struct variant {
+    bool ran = false;
+    std::function<void()> run;
+    std::function<void()> fill;           // check inputs
+    std::function<std::int64_t()> wrong;  // wrong elements after run
+    std::size_t bytes = 0;                // counted in algbw
+  };
+  using variants = std::array<variant, columns>;
+
+  tensor_view tv(void* data, std::size_t count) const { return tensor_view{data, count, o_.type}; }
+  std::size_t es() const { return dtype_size(o_.type); }
+
+  std::vector<std::string> gather_devices() {
+    constexpr std::size_t line = 256;
+    const auto p = static_cast<std::size_t>(comm_.size());
+    std::vector<std::uint8_t> mine(line, 0), all(line * p, 0);
+    const std::string text = device_line(comm_.rank(), Backend::name);
+    std::memcpy(mine.data(), text.data(), std::min(text.size(), line - 1));
+    comm_.allgather(view(mine), view(all));
+    std::vector<std::string> out;
+    for (std::size_t q = 0; q < p; ++q) {
+      out.emplace_back(reinterpret_cast<const char*>(all.data() + q * line));
+    }
+    return out;
+  }
+
+  // ---- the size sweep ---------------------------------------------------------------------------
+
+  // Element counts of one size, as nccl-tests' getCollByteCount: reduce_scatter and allgather
+  // move size / ranks elements per rank.
+  struct shape {
+    std::size_t n = 0;      // count column: elements per rank (per call for allreduce, broadcast)
+    std::size_t send = 0;   // elements of the send buffer used
+    std::size_t recv = 0;   // elements of the receive buffer used
+    std::size_t bytes = 0;  // size column, and the bytes algbw counts
+  };
+
+  shape shape_of(std::size_t size) const {
+    const std::size_t count = size / es();
+    const auto p = static_cast<std::size_t>(comm_.size());
+    switch (o_.coll) {
+      case collective::reduce_scatter: {
+        const std::size_t n = count / p;
+        return {n, n * p, n * p, n * p * es()};
+      }
+      case collective::allgather: {
+        const std::size_t n = count / p;
+        return {n, n, n * p, n * p * es()};
+      }
+      case collective::allreduce:
+      case collective::broadcast:
+        break;
+    }
+    return {count, count, count, count * es()};
+  }
+
+  variants make_variants(const shape& s) {
+    variants v;
+    const int r = comm_.rank();
+    const int p = comm_.size();
+    const std::size_t n = s.n;
+    const reduce_op op = o_.op;
+    const std::size_t e = es();
+    unsigned char* send = send_.get();
+    unsigned char* recv = recv_.get();
+    unsigned char* mine = recv + static_cast<std::size_t>(r) * n * e;  // this rank's block
+    const std::size_t np = n * static_cast<std::size_t>(p);
+    const data_check dc(o_.coll, o_.type, op, p, r, o_.root, n);
+    for (variant& x : v) x.bytes = s.bytes;
+    variant& oop = v[out_of_place];
+    variant& ip = v[in_place];
+    switch (o_.coll) {
+      case collective::allreduce:
+        oop.ran = o_.fusion_tensors == 1;  // the grouped allreduce is in place only
+        oop.run = [=] { comm_.allreduce(tv(send, n), tv(recv, n), op); };
+        oop.fill = [=] {
+          dc.fill_input(send, 0, n);
+          dc.fill_sentinel(recv, n);
+        };
+        oop.wrong = [=] { return dc.wrong(recv, 0, n); };
+        ip.ran = true;
+        if (o_.fusion_tensors == 1) {
+          ip.run = [=] { comm_.allreduce(tv(recv, n), op); };
+        } else {
+          tensors_.clear();
+          for (std::size_t k = 0; k < o_.fusion_tensors; ++k) {
+            const block b = partition(n, o_.fusion_tensors, k);
+            tensors_.push_back(tv(recv + b.begin * e, b.count));
+          }
+          ip.run = [=] { comm_.allreduce(span<const tensor_view>(tensors_), op); };
+        }
+        ip.fill = [=] { dc.fill_input(recv, 0, n); };
+        ip.wrong = [=] { return dc.wrong(recv, 0, n); };
+        if (peer_) {
+          variant& pv = v[peer_column];
+          pv.ran = true;
+          pv.run = [=] { peer_->allreduce(recv, n, o_.type, op); };
+          pv.fill = ip.fill;
+          pv.wrong = ip.wrong;
+        }
+        break;
+      case collective::reduce_scatter:
+        oop.ran = ip.ran = true;
+        oop.run = [=] { comm_.reduce_scatter(tv(send, np), tv(recv, n), op); };
+        oop.fill = [=] {
+          dc.fill_input(send, 0, np);
+          dc.fill_sentinel(recv, n);
+        };
+        oop.wrong = [=] { return dc.wrong(recv, static_cast<std::size_t>(r) * n, n); };
+        ip.run = [=] { comm_.reduce_scatter(tv(recv, np), tv(mine, n), op); };
+        ip.fill = [=] { dc.fill_input(recv, 0, np); };
+        ip.wrong = [=] { return dc.wrong(mine, static_cast<std::size_t>(r) * n, n); };
+        break;
+      case collective::allgather:
+        oop.ran = ip.ran = true;
+        oop.run = [=] { comm_.allgather(tv(send, n), tv(recv, np)); };
+        oop.fill = [=] {
+          dc.fill_input(send, 0, n);
+          dc.fill_sentinel(recv, np);
+        };
+        oop.wrong = [=] { return dc.wrong(recv, 0, np); };
+        ip.run = [=] { comm_.allgather(tv(mine, n), tv(recv, np)); };
+        ip.fill = [=] {
+          dc.fill_sentinel(recv, np);
+          dc.fill_input(mine, 0, n);
+        };
+        ip.wrong = oop.wrong;
+        break;
+      case collective::broadcast:
+        ip.ran = true;  // DistComm's broadcast is in place only
+        ip.run = [=] { comm_.broadcast(tv(recv, n), o_.root); };
+        ip.fill = [=] { dc.fill_input(recv, 0, n); };
+        ip.wrong = [=] { return dc.wrong(recv, 0, n); };
+        break;
+    }
+    return v;
+  }
+
+  void sweep() {
+    send_ = host_buffer(o_.max_bytes);
+    recv_ = host_buffer(o_.max_bytes);
+    for (std::size_t size : {o_.max_bytes, o_.min_bytes}) {
+      const variants v = make_variants(shape_of(size));
+      for (int w = 0; w < o_.warmup_iters; ++w) {
+        for (const variant& x : v) {
+          if (x.ran) x.run();
+        }
+      }
+    }
+    const std::vector<std::size_t> sizes = o_.sizes();
+    for (int cycle = 0; o_.run_cycles == 0 || cycle < o_.run_cycles; ++cycle) {
+      for (std::size_t size : sizes) {
+        const shape s = shape_of(size);
+        std::memset(send_.get(), 0, s.send * es());
+        std::memset(recv_.get(), 0, s.recv * es());
+        const variants v = make_variants(s);
+        const std::array<measurement, columns> m = measure(v);
+        if (report_) {
+          row rw;
+          rw.cycle = cycle;
+          rw.bytes = s.bytes;
+          rw.count = s.n;
+          rw.root = o_.coll == collective::broadcast ? o_.root : -1;
+          rw.out_of_place = m[out_of_place];
+          rw.in_place = m[in_place];
+          rw.peer = m[peer_column];
+          report_->add(rw);
+        }
+      }
+    }
+  }
+
+  // Times every column that runs, interleaved, then checks it (see the top of this file).
+  template <std::size_t N>
+  std::array<measurement, N> measure(const std::array<variant, N>& v) {
+    using clock = std::chrono::steady_clock;
+    for (const variant& x : v) {
+      if (x.ran) x.run();
+    }
+    comm_.barrier();
+    std::array<double, N> seconds{};
+    for (int it = 0; it < o_.iters; ++it) {
+      for (std::size_t c = 0; c < N; ++c) {
+        if (!v[c].ran) continue;
+        const auto t0 = clock::now();
+        v[c].run();
+        seconds[c] += std::chrono::duration<double>(clock::now() - t0).count();
+      }
+    }
+    for (double& s : seconds) s /= o_.iters;
+    combine_times(seconds);
+
+    std::array<std::int64_t, N> wrong{};
+    for (int c = 0; c < o_.check; ++c) {
+      std::array<std::int64_t, N> here{};
+      for (std::size_t k = 0; k < N; ++k) {
+        if (!v[k].ran) continue;
+        v[k].fill();
+        v[k].run();
+        here[k] = v[k].wrong();
+      }
+      comm_.allreduce(view(here.data(), N), reduce_op::sum);
+      bool any = false;
+      for (std::size_t k = 0; k < N; ++k) {
+        wrong[k] += here[k];
+        any = any || here[k] > 0;
+      }
+      if (any) break;  // as nccl-tests: the first failing check is enough
+    }
+
+    std::array<measurement, N> m;
+    for (std::size_t k = 0; k < N; ++k) {
+      if (!v[k].ran) continue;
+      m[k].ran = true;
+      m[k].time_us = seconds[k] * 1e6;
+      m[k].algbw = seconds[k] > 0 ? static_cast<double>(v[k].bytes) / 1e9 / seconds[k] : 0.0;
+      m[k].busbw = m[k].algbw * bus_factor(o_.coll, comm_.size());
+      m[k].wrong = o_.check > 0 ? wrong[k] : -1;
+      if (wrong[k] > 0) ++errors_;
+    }
+    return m;
+  }
+
+  // Each rank's mean time per collective -> the figure -a asks for, on every rank.
+  template <std::size_t N>
+  void combine_times(std::array<double, N>& t) {
+    switch (o_.average) {
+      case 0:
+        comm_.broadcast(view(t.data(), N), 0);
+        break;
+      case 1:
+        comm_.allreduce(view(t.data(), N), reduce_op::avg);
+        break;
+      case 2:
+        comm_.allreduce(view(t.data(), N), reduce_op::min);
+        break;
+      default:
+        comm_.allreduce(view(t.data(), N), reduce_op::max);
+        break;
+    }
+  }
+
+  // ---- --profile: one training step's gradient set ----------------------------------------------
+
+  void profile() {
+    // Every rank reads the file (--profile checked that it exists on every rank's host).
+    const std::vector<std::size_t> counts = read_profile(o_.profile_file);
+
+    // The tensors live in one allocation, each 64-byte aligned; `flat` is one buffer as large.
+    std::vector<std::size_t> offsets;  // element index of each tensor in the concatenation
+    std::vector<std::size_t> placed;   // byte offset of each tensor in the allocation
+    std::size_t total = 0, bytes = 0;
+    for (std::size_t c : counts) {
+      offsets.push_back(total);
+      placed.push_back(bytes);
+      total += c;
+      bytes += (c * es() + 63) / 64 * 64;
+    }
+    send_ = host_buffer(bytes);
+    recv_ = host_buffer(total * es());
+    unsigned char* grads = send_.get();
+    unsigned char* flat = recv_.get();
+    std::vector<tensor_view> views;
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      views.push_back(tv(grads + placed[k], counts[k]));
+    }
+    const span<const tensor_view> all(views);
+    const reduce_op op = o_.op;
+    const data_check dc(collective::allreduce, o_.type, op, comm_.size(), comm_.rank(), 0);
+
+    std::size_t fused_collectives = 0;  // how many collectives the fusion policy makes of the set
+    fusion::buffer(comm_.settings())
+        .allreduce(all, op,
+                   [&](const void*, void*, std::size_t, dtype, reduce_op) { ++fused_collectives; });
+    std::size_t nonempty = 0;
+    for (std::size_t c : counts) nonempty += c != 0;
+
+    const auto fill_set = [=] {
+      for (std::size_t k = 0; k < views.size(); ++k) {
+        dc.fill_input(views[k].data, offsets[k], views[k].count);
+      }
+    };
+    const auto wrong_set = [=] {
+      std::int64_t w = 0;
+      for (std::size_t k = 0; k < views.size(); ++k) {
+        w += dc.wrong(views[k].data, offsets[k], views[k].count);
+      }
+      return w;
+    };
+    // fused, unfused (one allreduce per tensor), flat (one buffer of the same size), peer (flat).
+    std::array<variant, 4> modes;
+    for (variant& m : modes) {
+      m.ran = true;
+      m.bytes = total * es();
+    }
+    modes[0].run = [=] { comm_.allreduce(all, op); };
+    modes[1].run = [=] {
+      for (const tensor_view& t : views) comm_.allreduce(t, op);
+    };
+    modes[0].fill = modes[1].fill = fill_set;
+    modes[0].wrong = modes[1].wrong = wrong_set;
+    modes[2].run = [=] { comm_.allreduce(tv(flat, total), op); };
+    modes[2].fill = [=] { dc.fill_input(flat, 0, total); };
+    modes[2].wrong = [=] { return dc.wrong(flat, 0, total); };
+    modes[3].ran = peer_ != nullptr;
+    if (peer_) {
+      modes[3].run = [=] { peer_->allreduce(flat, total, o_.type, op); };
+      modes[3].fill = modes[2].fill;
+      modes[3].wrong = modes[2].wrong;
+    }
+    for (int w = 0; w < o_.warmup_iters; ++w) {
+      for (const variant& m : modes) {
+        if (m.ran) m.run();
+      }
+    }
+    std::memset(grads, 0, bytes);
+    std::memset(flat, 0, total * es());
+    const std::array<measurement, 4> m = measure(modes);
+    if (report_) {
+      report_->profile_header(o_.profile_file, counts.size(), total);
+      const std::size_t tensors[] = {counts.size(), counts.size(), 1, 1};
+      const std::size_t collectives[] = {fused_collectives, nonempty, 1, 1};
+      const std::string names[] = {"fused", "unfused", "flat", "peer-" + o_.peer};
+      for (std::size_t k = 0; k < modes.size(); ++k) {
+        if (modes[k].ran) report_->add(profile_row{names[k], tensors[k], collectives[k], m[k]});
+      }
+    }
+  }
+
+  communicator<Backend, Strategy> comm_;
+  const options& o_;
+  const process_env& env_;
+  std::unique_ptr<peer> peer_;
+  std::optional<report> report_;
+  host_buffer send_, recv_;
+  std::vector<tensor_view> tensors_;  // --fusion-tensors views of recv_
+  int errors_ = 0;
+};
+
+[[noreturn]] inline void no_native(const char* backend) {
+  throw invalid_argument_error(std::string("--strategy native: backend '") + backend +
+                               "' has no native collectives; use ring, tree, ps or auto");
+}
+
+// The usage errors that depend on the backend or on how the job was started, raised before the
+// backend connects anything.
+template <class Backend>
+void precheck(const options& o, const peer_world& w) {
+  if (o.strategy == strategy_kind::native && !has_native_allreduce_v<Backend>) {
+    no_native(Backend::name);
+  }
+  if (!o.peer.empty()) check_peer(o.peer, w);
+}
+
+// Runs the benchmark on this rank with the strategy the options name.
+template <class Backend>
+int run(Backend backend, const options& o, const process_env& env) {
+  namespace st = strategy;
+  switch (o.strategy) {
+    case strategy_kind::ring:
+      return runner<Backend, st::ring>(std::move(backend), o, env).run();
+    case strategy_kind::tree:
+      return runner<Backend, st::tree>(std::move(backend), o, env).run();
+    case strategy_kind::ps:
+      return runner<Backend, st::parameter_server>(std::move(backend), o, env).run();
+    case strategy_kind::native:
+      if constexpr (has_native_allreduce_v<Backend>) {
+        return runner<Backend, st::native>(std::move(backend), o, env).run();
+      } else {
+        no_native(Backend::name);
+      }
+    case strategy_kind::automatic:
+      break;
+  }
+  return runner<Backend, st::automatic>(std::move(backend), o, env).run();
+}
+
+// main()'s frame: a usage error (invalid_argument_error) exits 2, any other failure 1.
+template <class F>
+int guarded_main(const char* program, F&& body) {
+  try {
+    return body();
+  } catch (const invalid_argument_error& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
+
+}  // namespace distcomm::bench

@@ -1,0 +1,64 @@
+// Command line of the distcomm-bench-<backend> executables: nccl-tests' all_reduce_perf options
+// (same letters, long names and defaults) plus DistComm's own (collective, strategy, fusion,
+// peer, output files). Parsed with CLI11; every rank parses the same argv.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/reduce_op.hpp"
+
+namespace distcomm::bench {
+
+enum class collective { allreduce, reduce_scatter, allgather, broadcast };
+enum class strategy_kind { native, ring, tree, ps, automatic };
+
+const char* to_string(collective c) noexcept;
+const char* to_string(strategy_kind s) noexcept;
+// nccl-tests' spelling of a dtype ("float", "half", "bfloat16", ...).
+const char* nccl_name(dtype t) noexcept;
+
+struct options {
+  // nccl-tests defaults: one 32 MiB size.
+  std::size_t min_bytes = std::size_t{32} << 20;
+  std::size_t max_bytes = std::size_t{32} << 20;
+  std::size_t step_bytes = std::size_t{1} << 20;
+  std::size_t step_factor = 1;  // > 1: multiply, else add step_bytes
+  int iters = 20;
+  int warmup_iters = 5;
+  int check = 1;       // check iterations per size (0: no check)
+  int average = 1;     // 0 rank 0, 1 mean, 2 min, 3 max across ranks
+  int run_cycles = 1;  // 0: forever
+  int root = 0;        // broadcast
+  reduce_op op = reduce_op::sum;
+  dtype type = dtype::f32;
+  collective coll = collective::allreduce;
+  strategy_kind strategy = strategy_kind::automatic;
+  std::size_t fusion_tensors = 1;
+  std::string json_file;
+  std::string csv_file;
+  std::string peer;  // "", "mpi" or "gloo"
+  std::string profile_file;
+  int threads = 2;  // ranks of the local backend (threads of one process)
+
+  // The sizes one cycle visits, in bytes, as nccl-tests steps through them.
+  std::vector<std::size_t> sizes() const;
+};
+
+// What an executable offers beyond the common options.
+struct command_line {
+  const char* program;  // "distcomm-bench-gloo"
+  bool threads_option;  // -t/--nthreads/--np (the local backend)
+};
+
+// Parses argv into `out`. Returns -1 to go on, else the exit code: 0 after --help, non-zero after
+// a usage error (printed on stderr).
+int parse_options(int argc, char** argv, const command_line& cl, options& out);
+
+// Reads a --profile gradient set: one tensor's element count per line; blank lines and lines
+// starting with '#' are skipped. Throws invalid_argument_error naming the file and line.
+std::vector<std::size_t> read_profile(const std::string& file);
+
+}  // namespace distcomm::bench

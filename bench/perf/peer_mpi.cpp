@@ -1,0 +1,108 @@
+// --peer mpi: MPI_Allreduce(MPI_IN_PLACE, ...) on MPI_COMM_WORLD.
+#include <mpi.h>
+
+#include <climits>
+#include <string>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "peer.hpp"
+
+namespace distcomm::bench {
+
+namespace {
+
+MPI_Datatype mpi_type(dtype t) {
+  switch (t) {
+    case dtype::f32:
+      return MPI_FLOAT;
+    case dtype::f64:
+      return MPI_DOUBLE;
+    case dtype::i8:
+      return MPI_INT8_T;
+    case dtype::u8:
+      return MPI_UINT8_T;
+    case dtype::i32:
+      return MPI_INT32_T;
+    case dtype::i64:
+      return MPI_INT64_T;
+    case dtype::f16:
+    case dtype::bf16:
+      break;
+  }
+  throw invalid_argument_error(std::string("--peer mpi: MPI has no ") + to_string(t) + " type");
+}
+
+MPI_Op mpi_op(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+    case reduce_op::avg:
+      return MPI_SUM;
+    case reduce_op::prod:
+      return MPI_PROD;
+    case reduce_op::min:
+      return MPI_MIN;
+    case reduce_op::max:
+      return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+void check(int rc, const char* routine) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw backend_error("mpi", routine, rc, text);
+}
+
+class mpi_peer final : public peer {
+ public:
+  explicit mpi_peer(const peer_world& w) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      finalize_ = true;
+    }
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank != w.rank || size != w.size) {
+      throw invalid_argument_error("--peer mpi: MPI_COMM_WORLD says rank " + std::to_string(rank) +
+                                   " of " + std::to_string(size) + " but this job's rank is " +
+                                   std::to_string(w.rank) + " of " + std::to_string(w.size) +
+                                   "; start every rank with one mpirun");
+    }
+    size_ = size;
+  }
+  ~mpi_peer() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalize_ && !finalized) MPI_Finalize();
+  }
+
+  void allreduce(void* data, std::size_t count, dtype t, reduce_op op) override {
+    if (count > static_cast<std::size_t>(INT_MAX)) {
+      throw invalid_argument_error("--peer mpi: " + std::to_string(count) +
+                                   " elements exceed MPI's int count");
+    }
+    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(t), mpi_op(op),
+                        MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    if (op == reduce_op::avg) divide(data, data, count, t, static_cast<std::size_t>(size_));
+  }
+
+  std::string description() const override { return "MPI_Allreduce on MPI_COMM_WORLD"; }
+
+ private:
+  bool finalize_ = false;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<peer> make_mpi_peer(const peer_world& w) { return std::make_unique<mpi_peer>(w); }
+
+}  // namespace distcomm::bench

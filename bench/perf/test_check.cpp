@@ -1,0 +1,88 @@
+// The benchmarks' correctness check must tell right from wrong: for every collective, dtype and
+// op it accepts the result DistComm's own fold computes from the ranks' inputs, and counts one
+// wrong element when one element of that result is changed.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "check.hpp"
+#include "distcomm/core/reduce.hpp"
+
+namespace db = distcomm::bench;
+using distcomm::dtype;
+using distcomm::reduce_op;
+
+namespace {
+
+constexpr std::size_t n = 300;  // elements per rank; more than the check's period of 132
+
+// Every rank's input for collective c, then the result each rank should hold, in bytes.
+std::vector<unsigned char> expected(db::collective c, dtype t, reduce_op op, int p, int root) {
+  const std::size_t es = distcomm::dtype_size(t);
+  const std::size_t len = c == db::collective::allgather ? n : n * static_cast<std::size_t>(p);
+  std::vector<std::vector<unsigned char>> in(static_cast<std::size_t>(p),
+                                             std::vector<unsigned char>(len * es));
+  for (int r = 0; r < p; ++r) {
+    db::data_check(c, t, op, p, r, root, n)
+        .fill_input(in[static_cast<std::size_t>(r)].data(), 0, len);
+  }
+  std::vector<unsigned char> out(n * static_cast<std::size_t>(p) * es);
+  switch (c) {
+    case db::collective::allreduce:
+    case db::collective::reduce_scatter: {
+      std::vector<const void*> ptrs;
+      for (const auto& v : in) ptrs.push_back(v.data());
+      distcomm::fold(out.data(), ptrs.data(), ptrs.size(), len, t, op);
+      if (op == reduce_op::avg) {
+        distcomm::divide(out.data(), out.data(), len, t, static_cast<std::size_t>(p));
+      }
+      break;
+    }
+    case db::collective::allgather:
+      for (int r = 0; r < p; ++r) {
+        std::memcpy(out.data() + static_cast<std::size_t>(r) * n * es,
+                    in[static_cast<std::size_t>(r)].data(), n * es);
+      }
+      break;
+    case db::collective::broadcast:
+      out = in[static_cast<std::size_t>(root)];
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the check accepts right results and counts wrong elements") {
+  const db::collective collectives[] = {db::collective::allreduce, db::collective::reduce_scatter,
+                                        db::collective::allgather, db::collective::broadcast};
+  for (db::collective c : collectives) {
+    for (dtype t : distcomm::all_dtypes) {
+      for (reduce_op op : distcomm::all_reduce_ops) {
+        for (int p : {1, 2, 3, 7}) {
+          CAPTURE(db::to_string(c));
+          CAPTURE(distcomm::to_string(t));
+          CAPTURE(distcomm::to_string(op));
+          CAPTURE(p);
+          const int root = p - 1;
+          std::vector<unsigned char> out = expected(c, t, op, p, root);
+          const std::size_t es = distcomm::dtype_size(t);
+          const std::size_t len = out.size() / es;
+          for (int r = 0; r < p; ++r) {
+            const db::data_check dc(c, t, op, p, r, root, n);
+            CHECK(dc.wrong(out.data(), 0, len) == 0);
+            // One slice, addressed by its index in the full result.
+            CHECK(dc.wrong(out.data() + 5 * es, 5, 17) == 0);
+          }
+          const db::data_check dc(c, t, op, p, 0, root, n);
+          std::vector<unsigned char> bad = out;
+          std::memset(bad.data() + 7 * es, 0x7f, es);  // above every pattern value, or NaN
+          CHECK(dc.wrong(bad.data(), 0, len) == 1);
+          dc.fill_sentinel(bad.data(), len);
+          CHECK(dc.wrong(bad.data(), 0, len) == static_cast<std::int64_t>(len));
+        }
+      }
+    }
+  }
+}
