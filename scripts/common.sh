@@ -25,6 +25,8 @@ DISTCOMM_PACKAGES=(
   libgloo-dev
   libucx-dev
   ucx-utils
+  python3
+  gnuplot-nox
 )
 
 DISTCOMM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
