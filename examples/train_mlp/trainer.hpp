@@ -1,0 +1,250 @@
+// The data-parallel training loop of distcomm-train-mlp, written once for any communicator.
+//
+// Every step visits one global batch of ranks x --batch-size samples of the epoch's shuffled
+// order; rank r takes the r-th slice. Each rank splits its slice into shards of --shard-size
+// samples (default: the whole slice), computes each shard's mean gradient, and combines the
+// shard means in order with DistComm's own fold and divide kernels; then ONE grouped allreduce
+// (avg, fused) over the six gradient tensors averages across ranks. The gradient of a global
+// batch is therefore always "the per-shard means, summed in shard order, divided by the number of
+// shards". With DISTCOMM_DETERMINISTIC=1 the allreduce is exactly that fold over ranks too, so
+// N ranks x batch b and 1 rank x batch N*b with --shard-size b compute the same float operations
+// in the same order and end with bitwise identical parameters (examples/train_mlp/README.md).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "data.hpp"
+#include "distcomm/communicator.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/partition.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/core/tensor_view.hpp"
+#include "distcomm/strategy/table.hpp"
+#include "mlp.hpp"
+
+namespace train_mlp {
+
+struct options {
+  std::string backend;  // resolved by main()
+  std::string strategy = "auto";
+  int np = 1;
+  std::uint64_t epochs = 10;
+  std::uint64_t steps = 0;  // steps this run may take; 0: no limit
+  std::size_t batch_size = 32;
+  std::size_t shard_size = 0;  // 0: batch_size
+  float lr = 0.02f;
+  float momentum = 0.9f;
+  std::uint64_t seed = 1;
+  std::size_t samples = 4096;
+  std::string dump_params;
+  std::string checkpoint;
+  std::string resume;
+};
+
+namespace detail {
+
+using clock = std::chrono::steady_clock;
+
+inline double seconds_since(clock::time_point t) {
+  return std::chrono::duration<double>(clock::now() - t).count();
+}
+
+// train_position as i64 words, for the broadcast from rank 0.
+inline std::array<std::int64_t, 7> pack(const train_position& p) {
+  std::array<std::uint64_t, 7> u = {p.epoch,        p.step,         p.global_step, p.epoch_rng[0],
+                                    p.epoch_rng[1], p.epoch_rng[2], p.epoch_rng[3]};
+  std::array<std::int64_t, 7> w;
+  std::memcpy(w.data(), u.data(), sizeof w);
+  return w;
+}
+
+inline train_position unpack(const std::array<std::int64_t, 7>& w) {
+  std::array<std::uint64_t, 7> u;
+  std::memcpy(u.data(), w.data(), sizeof u);
+  train_position p;
+  p.epoch = u[0];
+  p.step = u[1];
+  p.global_step = u[2];
+  for (int i = 0; i < 4; ++i) p.epoch_rng[static_cast<std::size_t>(i)] = u[3 + i];
+  return p;
+}
+
+inline double percent(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
+
+}  // namespace detail
+
+template <class Comm>
+void train(Comm& comm, const options& o) {
+  using detail::clock;
+  const int rank = comm.rank();
+  const bool leader = rank == 0;
+  const auto world = static_cast<std::size_t>(comm.size());
+  const std::size_t batch = o.batch_size;
+  const std::size_t shard = o.shard_size != 0 ? o.shard_size : batch;
+  const std::size_t shards = batch / shard;  // main() checked that shard divides batch
+  const std::size_t global_batch = world * batch;
+  const std::size_t steps_per_epoch = o.samples / global_batch;
+  if (steps_per_epoch == 0) {
+    throw distcomm::invalid_argument_error(
+        "--samples " + std::to_string(o.samples) + " is smaller than one global batch (" +
+        std::to_string(world) + " ranks x --batch-size " + std::to_string(batch) + ")");
+  }
+
+  const blob_spec spec;
+  const data_split data = make_blobs(spec, o.seed, o.samples, o.samples / 4);
+  const mlp_shape shape{spec.features, 64, 64, spec.classes};
+  mlp model(shape);
+  const std::size_t n = model.parameter_count();
+  std::vector<float> params(n), velocity(n), grad(n);
+  // Shard s's mean gradient goes to shard_grads[s]; the first shard writes straight into grad.
+  std::vector<std::vector<float>> extra_shards(shards - 1, std::vector<float>(n));
+  std::vector<float*> shard_grads{grad.data()};
+  for (auto& g : extra_shards) shard_grads.push_back(g.data());
+  const std::vector<const void*> fold_inputs(shard_grads.begin(), shard_grads.end());
+  std::vector<distcomm::tensor_view> grad_views;
+  for (const tensor_slice& t : model.tensors()) {
+    grad_views.push_back(distcomm::view(grad.data() + t.offset, t.count));
+  }
+
+  // Rank 0 initialises or restores; every rank then starts from rank 0's state.
+  const run_identity id{shape, o.seed, o.samples, global_batch};
+  train_position pos;
+  pos.epoch_rng = make_rng(o.seed, stream::shuffle).state();
+  if (leader) {
+    if (!o.resume.empty()) {
+      checkpoint c = read_checkpoint(o.resume, id);
+      if (c.position.step >= steps_per_epoch) {
+        throw std::runtime_error("checkpoint " + o.resume + ": corrupt: step " +
+                                 std::to_string(c.position.step) + " of an epoch of " +
+                                 std::to_string(steps_per_epoch) + " steps");
+      }
+      params = std::move(c.params);
+      velocity = std::move(c.velocity);
+      pos = c.position;
+    } else {
+      rng init = make_rng(o.seed, stream::init);
+      model.initialize(params.data(), init);
+    }
+  }
+  std::array<std::int64_t, 7> wire = detail::pack(pos);
+  comm.broadcast(distcomm::view(wire.data(), wire.size()), 0);
+  pos = detail::unpack(wire);
+  comm.broadcast(distcomm::view(params), 0);
+  comm.broadcast(distcomm::view(velocity), 0);
+
+  if (leader) {
+    const distcomm::config& cfg = comm.settings();
+    std::printf(
+        "distcomm-train-mlp: %zu rank%s, backend %s, strategy %s, fusion threshold %s, "
+        "deterministic %s\n"
+        "  network %s (%zu parameters in %zu tensors), %zu training / %zu test samples\n"
+        "  global batch %zu = %zu x %zu (shards of %zu), %zu steps per epoch, lr %g, "
+        "momentum %g, seed %llu\n",
+        world, world == 1 ? "" : "s", Comm::backend_type::name, o.strategy.c_str(),
+        distcomm::format_bytes(cfg.fusion_threshold).c_str(), cfg.deterministic ? "on" : "off",
+        shape.to_string().c_str(), n, model.tensors().size(), data.train.size(), data.test.size(),
+        global_batch, world, batch, shard, steps_per_epoch, static_cast<double>(o.lr),
+        static_cast<double>(o.momentum), static_cast<unsigned long long>(o.seed));
+    if (!o.resume.empty()) {
+      std::printf("  resumed from %s: epoch %llu, step %llu (%llu steps so far)\n",
+                  o.resume.c_str(), static_cast<unsigned long long>(pos.epoch + 1),
+                  static_cast<unsigned long long>(pos.step),
+                  static_cast<unsigned long long>(pos.global_step));
+    }
+    std::fflush(stdout);
+  }
+  std::uint64_t saved_at = 0;  // global step of the last checkpoint written by this run
+  bool saved = false;
+  const auto save = [&] {
+    if (!leader || o.checkpoint.empty() || (saved && saved_at == pos.global_step)) return;
+    write_checkpoint(o.checkpoint, checkpoint{id, pos, params, velocity});
+    saved = true;
+    saved_at = pos.global_step;
+  };
+
+  std::uint64_t run_steps = 0;
+  const auto step_limit_reached = [&] { return o.steps != 0 && run_steps == o.steps; };
+  double last_test_accuracy = -1;
+  while (pos.epoch < o.epochs && !step_limit_reached()) {
+    rng shuffle(pos.epoch_rng);
+    const std::vector<std::uint32_t> order = shuffled(o.samples, shuffle);
+    sample_stats train_stats;
+    double comm_seconds = 0;
+    std::size_t epoch_steps = 0;
+    const clock::time_point start = clock::now();
+    for (; pos.step < steps_per_epoch && !step_limit_reached(); ++pos.step) {
+      const std::uint32_t* mine = order.data() + pos.step * global_batch + rank * batch;
+      for (std::size_t s = 0; s < shards; ++s) {
+        train_stats +=
+            model.mean_gradient(params.data(), data.train, mine + s * shard, shard, shard_grads[s]);
+      }
+      if (shards > 1) {
+        distcomm::fold(grad.data(), fold_inputs.data(), shards, n, distcomm::dtype::f32,
+                       distcomm::reduce_op::sum);
+        distcomm::divide(grad.data(), grad.data(), n, distcomm::dtype::f32, shards);
+      }
+      const clock::time_point c0 = clock::now();
+      comm.allreduce(grad_views, distcomm::reduce_op::avg);
+      comm_seconds += detail::seconds_since(c0);
+      sgd_step(params.data(), velocity.data(), grad.data(), n, o.lr, o.momentum);
+      ++pos.global_step;
+      ++run_steps;
+      ++epoch_steps;
+    }
+    const double train_seconds = detail::seconds_since(start);
+    const bool finished = pos.step == steps_per_epoch;
+
+    // Loss and accuracy over every rank's samples; the test set is split across the ranks.
+    const distcomm::block mine = distcomm::partition(data.test.size(), world, rank);
+    const sample_stats test = model.evaluate(params.data(), data.test, mine.begin, mine.count);
+    std::vector<double> sums = {train_stats.loss_sum, train_stats.correct, train_stats.count,
+                                test.loss_sum,        test.correct,        test.count};
+    comm.allreduce(distcomm::view(sums), distcomm::reduce_op::sum);
+    last_test_accuracy = detail::percent(sums[4], sums[5]);
+    if (leader) {
+      std::string note;
+      if (!finished) {
+        note = " (stopped after step " + std::to_string(pos.step) + " of " +
+               std::to_string(steps_per_epoch) + ")";
+      }
+      std::printf(
+          "epoch %3llu/%llu  loss %.4f  train acc %5.1f%%  test acc %5.1f%%  %8.0f samples/s  "
+          "comm %4.1f%%%s\n",
+          static_cast<unsigned long long>(pos.epoch + 1), static_cast<unsigned long long>(o.epochs),
+          sums[0] / sums[2], detail::percent(sums[1], sums[2]), last_test_accuracy,
+          static_cast<double>(epoch_steps * global_batch) / train_seconds,
+          detail::percent(comm_seconds, train_seconds), note.c_str());
+      std::fflush(stdout);
+    }
+    if (finished) {
+      ++pos.epoch;
+      pos.step = 0;
+      pos.epoch_rng = shuffle.state();
+      save();
+    }
+  }
+
+  save();
+  if (leader) {
+    if (!o.dump_params.empty()) write_params(o.dump_params, params);
+    if (last_test_accuracy >= 0) {
+      std::printf("final: test accuracy %.1f%% after %llu steps (%llu in this run)\n",
+                  last_test_accuracy, static_cast<unsigned long long>(pos.global_step),
+                  static_cast<unsigned long long>(run_steps));
+    } else {
+      std::printf("nothing to train: already at epoch %llu of %llu\n",
+                  static_cast<unsigned long long>(pos.epoch),
+                  static_cast<unsigned long long>(o.epochs));
+    }
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace train_mlp
