@@ -6,6 +6,12 @@
 // request leaves its transfer running into that memory, kept in `orphans` until it ends.
 // Waits use our own deadline on the buffer's condition variable: gloo's timed wait closes every
 // pair of the context when it times out, which would turn one slow peer into a dead job.
+// Failures: abort(reason) sends the reason to every peer (one receive per peer stays posted on a
+// slot of its own) before closing the connections, so a peer can say which rank gave up and why
+// (e.g. the rank that rank waited for) instead of only "connection closed"; a peer that closes
+// without one exited, died or lost its network. gloo writes with writev(2), which raises SIGPIPE
+// once a peer is gone: SIGPIPE is blocked in gloo's event-loop thread and around our calls into
+// gloo, so that a lost peer is an error, not the end of this process.
 #include "distcomm/backends/gloo.hpp"
 
 #include <gloo/allreduce.h>
@@ -18,9 +24,12 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/unbound_buffer.h>
 #include <net/if.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -62,6 +71,12 @@ class tracked_buffer : public tcp::UnboundBuffer {
     if (ex_) std::rethrow_exception(ex_);
     return (send ? sendCompletions_ : recvCompletions_) > 0;
   }
+  // Completed, whatever happened to the connection since (an abort notice is read before the
+  // connection's end is).
+  bool arrived(bool send) {
+    std::lock_guard<std::mutex> lock(m_);
+    return (send ? sendCompletions_ : recvCompletions_) > 0;
+  }
   bool wait_until(bool send, clock::time_point until) {
     std::unique_lock<std::mutex> lock(m_);
     auto& cv = send ? sendCv_ : recvCv_;
@@ -78,8 +93,54 @@ std::uint64_t slot_of(tag_t tag, bool payload) {
   return slot_prefix | (std::uint64_t{tag} << 1) | (payload ? 1u : 0u);
 }
 
-// How long a wait sleeps before looking at the abort flag again.
+// Abort notices: one slot, and at most this many bytes of the reason (NUL-terminated).
+constexpr std::uint64_t notice_slot = std::uint64_t{0xD2} << 56;
+constexpr std::size_t notice_bytes = 512;
+// How long abort() lets its notices leave before closing the connections: a healthy peer takes
+// one at once; a stopped one never does, and must not hold up the abort.
+constexpr auto notice_send_limit = std::chrono::milliseconds(100);
+
+// How long a wait sleeps before looking at the abort flag and the notices again.
 constexpr auto abort_poll = std::chrono::milliseconds(50);
+
+// Blocks SIGPIPE in this thread for its lifetime; one that a write to a lost peer raised meanwhile
+// is discarded (unless one was pending already), so the write fails with EPIPE instead of killing
+// the process. The process's own SIGPIPE disposition is left alone.
+class sigpipe_guard {
+ public:
+  sigpipe_guard() noexcept {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~sigpipe_guard() {
+    sigset_t pending;
+    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec zero{};
+      sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
+double seconds_since(clock::time_point t) {
+  return std::chrono::duration<double>(clock::now() - t).count();
+}
+
+std::string one_decimal(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", seconds);
+  return buf;
+}
 
 std::string describe(bool send, int peer, tag_t tag, std::size_t bytes) {
   return std::string(send ? "send to" : "receive from") + " rank " + std::to_string(peer) +
@@ -101,12 +162,19 @@ struct gloo_op {
   bool header_checked = false;  // receive: size word arrived and the payload receive was posted
   bool delivered = false;       // receive: payload copied to `user`
   bool mismatch = false;
+  clock::time_point posted = clock::now();
 
   // True when gloo no longer touches this op's memory.
   bool finished() {
     if (send) return header->done(true) && (!payload || payload->done(true));
     return header_checked && (!payload || payload->done(false));
   }
+};
+
+// One abort notice, received from a peer or sent to one.
+struct gloo_notice {
+  std::array<char, notice_bytes> text{};
+  std::unique_ptr<tracked_buffer> buffer;
 };
 
 struct gloo_state {
@@ -121,11 +189,82 @@ struct gloo_state {
   std::atomic<bool> aborted{false};
   std::string abort_reason;
   std::uint32_t native_tag = 0;
+  std::vector<gloo_notice> notices_in;   // by peer; posted receives (this rank's entry unused)
+  std::vector<gloo_notice> notices_out;  // sent by abort(); gloo may still be writing them
 
   void throw_if_aborted() {
     if (aborted.load()) {
       std::lock_guard<std::mutex> lock(mutex);
       throw peer_lost_error("gloo: rank " + std::to_string(rank) + " aborted: " + abort_reason);
+    }
+  }
+
+  void post_notices() {
+    notices_in.resize(static_cast<std::size_t>(size));
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      gloo_notice& n = notices_in[static_cast<std::size_t>(p)];
+      try {
+        n.buffer = std::make_unique<tracked_buffer>(transport, n.text.data(), n.text.size());
+        n.buffer->recv(p, notice_slot, 0, n.text.size());
+      } catch (const gloo::IoException&) {
+        // The peer has closed its side already (a backend built and dropped unused): no notice
+        // can come from it, and any operation with it fails on its own.
+        n.buffer.reset();
+      }
+    }
+  }
+
+  // The first peer (only `peer` unless -1) whose abort notice arrived, or -1.
+  int aborted_peer(int peer = -1) {
+    for (int p = 0; p < static_cast<int>(notices_in.size()); ++p) {
+      if (peer >= 0 && p != peer) continue;
+      const gloo_notice& n = notices_in[static_cast<std::size_t>(p)];
+      if (n.buffer && n.buffer->arrived(false)) return p;
+    }
+    return -1;
+  }
+
+  std::string notice_of(int p) const {
+    return "rank " + std::to_string(p) +
+           " aborted: " + std::string(notices_in[static_cast<std::size_t>(p)].text.data());
+  }
+
+  // A peer that gave up first explains why `op` cannot complete: its reason names the rank it
+  // was waiting for. When that peer is not op's, say what this rank was waiting for too.
+  void throw_if_peer_aborted(const gloo_op& op, int peer = -1) {
+    const int p = aborted_peer(peer);
+    if (p < 0) return;
+    std::string msg = "gloo: rank " + std::to_string(rank) + ": " + notice_of(p);
+    if (p != op.peer) {
+      msg += " (rank " + std::to_string(rank) + " itself was waiting " +
+             one_decimal(seconds_since(op.posted)) + " s for a " +
+             describe(op.send, op.peer, op.tag, op.bytes) + ")";
+    }
+    throw peer_lost_error(msg);
+  }
+
+  // Sends `reason` to every peer, for at most notice_send_limit. Caller holds no lock.
+  void send_notices(const std::string& reason) {
+    notices_out.resize(static_cast<std::size_t>(size));
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      gloo_notice& n = notices_out[static_cast<std::size_t>(p)];
+      const std::size_t len = std::min(reason.size(), n.text.size() - 1);
+      std::memcpy(n.text.data(), reason.data(), len);
+      try {
+        n.buffer = std::make_unique<tracked_buffer>(transport, n.text.data(), len);
+        n.buffer->send(p, notice_slot, 0, len);
+      } catch (...) {
+        n.buffer.reset();  // that connection is gone already
+      }
+    }
+    const auto until = clock::now() + notice_send_limit;
+    for (gloo_notice& n : notices_out) {
+      try {
+        if (n.buffer) n.buffer->wait_until(true, until);
+      } catch (...) {
+      }
     }
   }
 
@@ -146,6 +285,7 @@ struct gloo_state {
       if (remote > 0) {
         op->data.resize(remote);
         op->payload = std::make_unique<tracked_buffer>(transport, op->data.data(), remote);
+        const sigpipe_guard no_sigpipe;  // posting a receive writes a notification
         op->payload->recv(peer, slot_of(tag, true), 0, remote);
       }
     }
@@ -171,9 +311,13 @@ struct gloo_state {
     } catch (const error&) {
       throw;
     } catch (const gloo::IoException& e) {
+      // A peer that aborted sent its reason before closing; gloo reads it before the close.
+      throw_if_peer_aborted(op, op.peer);
       throw peer_lost_error("gloo: " + what + " failed on rank " + std::to_string(rank) +
-                            ": the connection is gone (" + e.what() +
-                            "); the peer died or aborted");
+                            ": rank " + std::to_string(op.peer) +
+                            " closed the connection without an abort notice: it exited, was "
+                            "killed or crashed, or the network failed (" +
+                            e.what() + ")");
     } catch (const std::exception& e) {
       throw backend_error("gloo", op.send ? "send" : "recv", 0, what + ": " + e.what());
     }
@@ -205,10 +349,13 @@ struct gloo_state {
   }
 
   void wait(gloo_op& op, deadline until) {
-    for (;;) {
+    for (bool waited = false;; waited = true) {
       if (poll(op)) return;
+      // Only once this wait has slept: the notices are one lock per peer.
+      if (waited) throw_if_peer_aborted(op);
       const auto now = clock::now();
       if (now >= until) {
+        throw_if_peer_aborted(op);
         throw timeout_error("gloo: " + describe(op.send, op.peer, op.tag, op.bytes) + " on rank " +
                             std::to_string(rank) + " did not complete before its deadline; rank " +
                             std::to_string(op.peer) +
@@ -326,7 +473,13 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
     attr.hostname = host;
   }
   const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(opts.timeout);
+  state_->rank = rank;
+  state_->size = size;
+  state_->timeout = opts.timeout;
   try {
+    // The device starts gloo's event-loop thread, which inherits this thread's signal mask: it
+    // runs with SIGPIPE blocked for good.
+    const detail::sigpipe_guard no_sigpipe;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<detail::exposed_context>(rank, size);
     context->setTimeout(timeout_ms);
@@ -334,6 +487,7 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
     context->connectFullMesh(adapter, device);
     state_->transport = context->transport();
     state_->context = std::move(context);
+    if (state_->transport) state_->post_notices();
   } catch (const error&) {
     throw;
   } catch (const gloo::IoException& e) {
@@ -346,9 +500,10 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
   if (!state_->transport) {
     throw backend_error("gloo", "connectFullMesh", 0, "the context does not use the tcp transport");
   }
-  state_->rank = rank;
-  state_->size = size;
-  state_->timeout = opts.timeout;
+  // A rank whose connections are all up may return, use the backend and drop it before a slower
+  // peer got its own connect call in; that peer would then find the connection closed and fail
+  // to construct. Nobody leaves before every rank is connected.
+  if (size > 1) store_barrier(*kv, prefix + "/connected", rank, size);
 }
 
 gloo_request gloo_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
@@ -365,6 +520,7 @@ gloo_request gloo_backend::isend(const void* data, std::size_t bytes, int peer, 
   op->size_word = bytes;
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->reap_orphans();
+  const detail::sigpipe_guard no_sigpipe;
   try {
     op->header = std::make_unique<detail::tracked_buffer>(state_->transport, &op->size_word,
                                                           sizeof(op->size_word));
@@ -395,6 +551,7 @@ gloo_request gloo_backend::irecv(void* data, std::size_t bytes, int peer, tag_t 
   op->user = data;
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->reap_orphans();
+  const detail::sigpipe_guard no_sigpipe;  // posting a receive writes a notification
   try {
     op->header = std::make_unique<detail::tracked_buffer>(state_->transport, &op->size_word,
                                                           sizeof(op->size_word));
@@ -414,7 +571,10 @@ void gloo_backend::abort(const std::string& reason) noexcept {
       state_->abort_reason = reason;
       state_->aborted = true;
     }
-    // Closing the connections makes the peers' pending transfers fail at once.
+    const detail::sigpipe_guard no_sigpipe;
+    if (state_->transport) state_->send_notices(reason);
+    // Closing the connections makes the peers' pending transfers fail at once, also inside
+    // gloo's own collectives, which never look at the notices.
     if (state_->context) state_->context->closeConnections();
   } catch (...) {
   }
@@ -450,6 +610,7 @@ std::chrono::milliseconds left_until(deadline until) {
 template <class F>
 void run_native(detail::gloo_state& s, const char* what, deadline until, F&& body) {
   s.throw_if_aborted();
+  const detail::sigpipe_guard no_sigpipe;
   try {
     body();
   } catch (const error&) {
@@ -457,6 +618,8 @@ void run_native(detail::gloo_state& s, const char* what, deadline until, F&& bod
   } catch (const gloo::IoException& e) {
     const std::string msg = std::string("gloo: native ") + what + " on rank " +
                             std::to_string(s.rank) + " failed: " + e.what();
+    // gloo's collectives do not say which peer failed; a notice says who gave up and why.
+    if (const int p = s.aborted_peer(); p >= 0) throw peer_lost_error(msg + "; " + s.notice_of(p));
     if (clock::now() >= until) throw timeout_error(msg + " (deadline passed; DISTCOMM_TIMEOUT)");
     throw peer_lost_error(msg);
   } catch (const std::exception& e) {

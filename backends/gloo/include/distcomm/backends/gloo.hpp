@@ -69,6 +69,8 @@ class gloo_backend {
   // bit between strategies (never between ranks).
   static constexpr bool native_is_deterministic = false;
 
+  // Collective over the `size` ranks sharing `kv`: returns once every rank is connected to every
+  // other (a store barrier), so a backend can be dropped unused without failing a slower peer.
   gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_options opts = {});
   // From bootstrap()'s result; the world's single_node decides the default interface.
   explicit gloo_backend(const job& j, gloo_options opts = {});
@@ -79,8 +81,10 @@ class gloo_backend {
   [[nodiscard]] gloo_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] gloo_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
 
-  // Fails every pending and future wait with peer_lost_error(reason) and closes the connections,
-  // so the peers see this rank go.
+  // Fails every pending and future wait with peer_lost_error(reason), sends `reason` to every
+  // peer (at most 0.1 s) and closes the connections: the peers' waits on this rank fail at once
+  // with peer_lost_error("rank R aborted: <reason>"). A peer whose connection closes without such
+  // a notice is reported as exited, killed or crashed.
   void abort(const std::string& reason) noexcept;
 
   void native_allreduce(const void* in, void* out, std::size_t count, dtype t, reduce_op op,

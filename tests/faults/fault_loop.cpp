@@ -1,0 +1,195 @@
+// distcomm-test-fault: every rank runs allreduce in a loop; after --after iterations the --victim
+// rank sends --signal (KILL or STOP) to itself. The survivors must notice within DISTCOMM_TIMEOUT:
+// each prints one line, e.g.
+//   rank 0: timeout_error after 10.0 s in allreduce 21 (at 1718000000.123): <what()>
+// then one saying how the next allreduce on the now unusable communicator failed, and exits with
+// the code of that error kind (below). tests/faults/fault.sh checks the lines.
+//   distcomm-run -np 3 distcomm-test-fault --backend gloo --victim 1 --signal STOP
+//   mpirun -n 3 distcomm-test-fault --backend mpi --victim 1 --signal KILL
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "distcomm/distcomm.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
+#ifdef DISTCOMM_FAULT_MPI
+#include "distcomm/backends/mpi.hpp"
+#endif
+#ifdef DISTCOMM_FAULT_GLOO
+#include "distcomm/backends/gloo.hpp"
+#endif
+#ifdef DISTCOMM_FAULT_UCX
+#include "distcomm/backends/ucx.hpp"
+#endif
+
+namespace dc = distcomm;
+
+namespace {
+
+// Exit codes: one per way a survivor can end, so the driver (and a reader of ctest's log) can
+// tell them apart without parsing the message.
+constexpr int exit_completed = 1;  // the loop ran to its end: the fault went unnoticed
+constexpr int exit_timeout = 10;
+constexpr int exit_peer_lost = 11;
+constexpr int exit_other_distcomm = 12;
+constexpr int exit_other = 13;
+
+struct options {
+  std::string backend;
+  std::string strategy = "ring";
+  int victim = 1;
+  std::string signal = "KILL";
+  int after = 20;
+  int iterations = 100000;
+  double mib = 2.0;
+  bool ignore_sigterm = false;
+};
+
+// Wall-clock seconds since the epoch: the driver compares the victim's and the survivors' lines,
+// written by different processes of one machine.
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The error's kind, as the survivors' lines name it, and the exit code that goes with it.
+struct error_kind {
+  const char* name;
+  int exit_code;
+};
+
+error_kind kind_of(const std::exception& e) {
+  if (dynamic_cast<const dc::timeout_error*>(&e) != nullptr) return {"timeout_error", exit_timeout};
+  if (dynamic_cast<const dc::peer_lost_error*>(&e) != nullptr) {
+    return {"peer_lost_error", exit_peer_lost};
+  }
+  if (dynamic_cast<const dc::error*>(&e) != nullptr) {
+    return {"distcomm::error", exit_other_distcomm};
+  }
+  return {"std::exception", exit_other};
+}
+
+double seconds_since(dc::clock::time_point start) {
+  return std::chrono::duration<double>(dc::clock::now() - start).count();
+}
+
+template <class Comm>
+int loop(Comm& comm, const options& o) {
+  const int rank = comm.rank();
+  if (o.ignore_sigterm && rank != o.victim) std::signal(SIGTERM, SIG_IGN);
+  const auto count = static_cast<std::size_t>(o.mib * (1 << 20) / sizeof(float));
+  const std::vector<float> in(count, 1.0f);
+  std::vector<float> out(count);
+  const int sig = o.signal == "STOP" ? SIGSTOP : SIGKILL;
+  for (int i = 0; i < o.iterations; ++i) {
+    if (i == o.after && rank == o.victim) {
+      std::fprintf(stderr, "rank %d: sending SIG%s to itself after %d allreduces (at %.3f)\n", rank,
+                   o.signal.c_str(), i, wall_now());
+      std::fflush(stderr);
+      std::raise(sig);
+    }
+    auto start = dc::clock::now();
+    try {
+      comm.allreduce(dc::view(in), dc::view(out));
+    } catch (const std::exception& e) {
+      const error_kind kind = kind_of(e);
+      std::fprintf(stderr, "rank %d: %s after %.1f s in allreduce %d (at %.3f): %s\n", rank,
+                   kind.name, seconds_since(start), i, wall_now(), e.what());
+      std::fflush(stderr);
+      // The communicator is unusable now: the next call must fail at once, without waiting out
+      // another deadline.
+      start = dc::clock::now();
+      try {
+        comm.allreduce(dc::view(in), dc::view(out));
+        std::fprintf(stderr, "rank %d: the next allreduce succeeded\n", rank);
+      } catch (const std::exception& next) {
+        std::fprintf(stderr, "rank %d: the next allreduce failed after %.1f s (%s): %s\n", rank,
+                     seconds_since(start), kind_of(next).name, next.what());
+      }
+      return kind.exit_code;
+    }
+  }
+  std::fprintf(stderr, "rank %d: all %d allreduces completed\n", rank, o.iterations);
+  return o.victim >= 0 && o.victim < comm.size() ? exit_completed : 0;
+}
+
+template <class Strategy, class Backend>
+int loop_with(Backend backend, const dc::config& cfg, const options& o) {
+  dc::communicator<Backend, Strategy> comm(std::move(backend), cfg);
+  return loop(comm, o);
+}
+
+template <class Backend>
+int with_strategy(Backend backend, const dc::config& cfg, const options& o) {
+  namespace s = dc::strategy;
+  if (o.strategy == "ring") return loop_with<s::ring>(std::move(backend), cfg, o);
+  if (o.strategy == "tree") return loop_with<s::tree>(std::move(backend), cfg, o);
+  if (o.strategy == "ps") return loop_with<s::parameter_server>(std::move(backend), cfg, o);
+  if (o.strategy == "native") {
+    if constexpr (dc::has_native_allreduce_v<Backend>) {
+      return loop_with<s::native>(std::move(backend), cfg, o);
+    } else {
+      throw dc::invalid_argument_error("backend '" + std::string(Backend::name) +
+                                       "' has no native allreduce");
+    }
+  }
+  return loop_with<s::automatic>(std::move(backend), cfg, o);
+}
+
+int run(const options& o) {
+  const dc::config cfg = dc::config::from_env();
+#ifdef DISTCOMM_FAULT_MPI
+  if (o.backend == "mpi") {
+    const int rc = with_strategy(dc::mpi_backend(), cfg, o);
+    // MPI_Finalize (at exit) would wait for the lost rank.
+    if (rc != 0) std::_Exit(rc);
+    return rc;
+  }
+#endif
+#ifdef DISTCOMM_FAULT_GLOO
+  if (o.backend == "gloo") {
+    dc::gloo_options go;
+    go.timeout = cfg.timeout;
+    return with_strategy(dc::gloo_backend(dc::bootstrap(cfg), go), cfg, o);
+  }
+#endif
+#ifdef DISTCOMM_FAULT_UCX
+  if (o.backend == "ucx") {
+    return with_strategy(dc::ucx_backend(dc::bootstrap(cfg), cfg.timeout), cfg, o);
+  }
+#endif
+  throw dc::invalid_argument_error("backend '" + o.backend + "' is not built");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{"DistComm fault test: allreduce in a loop until one rank kills or stops itself"};
+  app.add_option("--backend", o.backend, "Transport")
+      ->required()
+      ->check(CLI::IsMember({"mpi", "gloo", "ucx"}));
+  app.add_option("--strategy", o.strategy, "Allreduce algorithm")
+      ->check(CLI::IsMember({"auto", "ring", "tree", "ps", "native"}));
+  app.add_option("--victim", o.victim, "Rank that signals itself (-1: none)");
+  app.add_option("--signal", o.signal, "Signal the victim sends itself")
+      ->check(CLI::IsMember({"KILL", "STOP"}));
+  app.add_option("--after", o.after, "Allreduces before the signal")->check(CLI::NonNegativeNumber);
+  app.add_option("--iterations", o.iterations, "Allreduces in all")->check(CLI::PositiveNumber);
+  app.add_option("--mib", o.mib, "Buffer size in MiB (f32)")->check(CLI::Range(0.001, 1024.0));
+  app.add_flag("--ignore-sigterm", o.ignore_sigterm,
+               "Survivors ignore SIGTERM, so a launcher that stops the job at the first failure "
+               "does not end them before they report what their backend saw (its SIGKILL after "
+               "the grace period still does)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "distcomm-test-fault: %s\n", e.what());
+    return exit_other;
+  }
+}
