@@ -101,8 +101,219 @@ if(TARGET distcomm_nccl AND EXISTS "${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake")
           COMPONENT DistComm_Development)
 endif()
 
+# ---- pkg-config: distcomm.pc (core + local) and distcomm-<backend>.pc --------------------------
+# For builds without CMake: c++ app.cpp $(pkg-config --cflags --libs distcomm distcomm-gloo).
+# Each built backend with a template cmake/distcomm-<name>.pc.in gets a module.
+# Written in two passes: at configure time everything but the prefix is filled in (below); the
+# install step then writes prefix= as the prefix actually installed to, so `cmake --install
+# --prefix DIR` and packagers that install into a staging prefix get a correct file.
+set(DISTCOMM_INSTALL_PKGCONFIGDIR "${CMAKE_INSTALL_LIBDIR}/pkgconfig"
+    CACHE STRING "Where DistComm's pkg-config modules are installed (relative to the prefix)")
+mark_as_advanced(DISTCOMM_INSTALL_PKGCONFIGDIR)
+
+# _distcomm_pc_dir(<out-var> <GNUInstallDirs path>): the path as a .pc variable, ${prefix}-based
+# unless it was configured as an absolute path.
+function(_distcomm_pc_dir out path)
+  if(IS_ABSOLUTE "${path}")
+    set(${out} "${path}" PARENT_SCOPE)
+  else()
+    set(${out} "\${prefix}/${path}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# _distcomm_pc_link_dir_flag(<out-var> <library file>): -L<dir> for a library outside the
+# compiler's own search path (nothing for /usr/lib and the like).
+function(_distcomm_pc_link_dir_flag out file)
+  get_filename_component(_dir "${file}" DIRECTORY)
+  if(_dir IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+    set(${out} "" PARENT_SCOPE)
+  else()
+    set(${out} "-L${_dir}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# _distcomm_pc_mpi(<requires-var> <cflags-var> <libs-var>): what DistComm::mpi's consumers need
+# from MPI. The MPI implementation's own pkg-config module when it has one whose headers are the
+# ones FindMPI chose (Open MPI: ompi-c, MPICH: mpich, Intel MPI: impi), else FindMPI's flags.
+function(_distcomm_pc_mpi requires_var cflags_var libs_var)
+  set(MPI_CXX_SKIP_MPICXX ON)
+  find_package(MPI QUIET COMPONENTS CXX)  # again: the backend's result is local to its folder
+  # FindMPI's definitions keep <mpi.h> from declaring the MPI-2 C++ bindings (OMPI_SKIP_MPICXX
+  # and the like); without them a C++ consumer of Open MPI would need libmpi_cxx.
+  set(_defines "")
+  foreach(_def IN LISTS MPI_CXX_COMPILE_DEFINITIONS)
+    string(APPEND _defines " -D${_def}")
+  endforeach()
+  string(STRIP "${_defines}" _defines)
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    foreach(_module IN ITEMS ompi-c mpich impi)
+      string(REPLACE "-" "_" _prefix "_DISTCOMM_PC_${_module}")
+      pkg_check_modules(${_prefix} QUIET ${_module})
+      if(NOT ${_prefix}_FOUND)
+        continue()
+      endif()
+      # A module matches when it names one of FindMPI's include folders (or when FindMPI needed
+      # none, e.g. with CXX=mpicxx, where any installed MPI module is the best guess).
+      set(_match FALSE)
+      if(NOT MPI_CXX_INCLUDE_DIRS)
+        set(_match TRUE)
+      endif()
+      foreach(_dir IN LISTS MPI_CXX_INCLUDE_DIRS)
+        if(_dir IN_LIST ${_prefix}_INCLUDE_DIRS)
+          set(_match TRUE)
+        endif()
+      endforeach()
+      if(_match)
+        set(${requires_var} "${_module}" PARENT_SCOPE)
+        set(${cflags_var} "${_defines}" PARENT_SCOPE)
+        set(${libs_var} "" PARENT_SCOPE)
+        return()
+      endif()
+    endforeach()
+  endif()
+  set(_cflags " ${_defines}")
+  foreach(_dir IN LISTS MPI_CXX_INCLUDE_DIRS)
+    string(APPEND _cflags " -I${_dir}")
+  endforeach()
+  foreach(_opt IN LISTS MPI_CXX_COMPILE_OPTIONS)
+    string(APPEND _cflags " ${_opt}")
+  endforeach()
+  set(_libs "")
+  foreach(_lib IN LISTS MPI_CXX_LIBRARIES)
+    string(APPEND _libs " ${_lib}")
+  endforeach()
+  foreach(_opt IN LISTS MPI_CXX_LINK_FLAGS)
+    string(APPEND _libs " ${_opt}")
+  endforeach()
+  string(STRIP "${_cflags}" _cflags)
+  string(STRIP "${_libs}" _libs)
+  set(${requires_var} "" PARENT_SCOPE)
+  set(${cflags_var} "${_cflags}" PARENT_SCOPE)
+  set(${libs_var} "${_libs}" PARENT_SCOPE)
+endfunction()
+
+# _distcomm_pc_gloo(<libs-var>): gloo's library as linker flags (gloo has no pkg-config module).
+function(_distcomm_pc_gloo libs_var)
+  find_package(Gloo CONFIG QUIET)  # again: the backend's imported target is local to its folder
+  set(_file "")
+  if(TARGET gloo)
+    get_target_property(_configs gloo IMPORTED_CONFIGURATIONS)
+    foreach(_config IN LISTS _configs)
+      get_target_property(_file gloo IMPORTED_LOCATION_${_config})
+      if(_file)
+        break()
+      endif()
+    endforeach()
+  endif()
+  if(NOT _file)
+    set(${libs_var} "-lgloo" PARENT_SCOPE)
+    return()
+  endif()
+  _distcomm_pc_link_dir_flag(_dir_flag "${_file}")
+  set(${libs_var} "${_dir_flag} -lgloo" PARENT_SCOPE)
+endfunction()
+
+_distcomm_pc_dir(DISTCOMM_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
+_distcomm_pc_dir(DISTCOMM_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
+# Kept as a placeholder by the first pass, filled in by the install step.
+set(DISTCOMM_PC_PREFIX "@DISTCOMM_PC_PREFIX@")
+set(_distcomm_pc_threads "")
+if(CMAKE_USE_PTHREADS_INIT)
+  set(_distcomm_pc_threads "-pthread")
+endif()
+set(_distcomm_pc_stage "${PROJECT_BINARY_DIR}/pkgconfig")
+set(_distcomm_pc_modules "")
+foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
+  # core and local share distcomm.pc; a backend's dependencies decide its fields.
+  if(_comp STREQUAL "local")
+    continue()
+  elseif(_comp STREQUAL "core")
+    set(_module distcomm)
+    set(_template "${PROJECT_SOURCE_DIR}/cmake/distcomm.pc.in")
+  else()
+    set(_module distcomm-${_comp})
+    set(_template "${PROJECT_SOURCE_DIR}/cmake/distcomm-${_comp}.pc.in")
+  endif()
+  if(NOT EXISTS "${_template}")
+    message(STATUS "DistComm: no pkg-config module for ${_comp} (no cmake/${_module}.pc.in)")
+    continue()
+  endif()
+
+  # What the component's consumers need besides DistComm's libraries. A static library needs its
+  # dependencies on the consumer's link line (public fields); a shared one carries them itself
+  # (private fields, used only by pkg-config --static).
+  set(_requires "")
+  set(_cflags "")
+  set(_libs "")
+  set(_public_requires "")  # needed even by a shared library's consumers (headers)
+  set(_public_libs "")
+  if(_comp STREQUAL "core")
+    set(_requires libcrypto)  # OpenSSL's module, for the store's HMAC-SHA256
+    set(_libs "${_distcomm_pc_threads}")
+  elseif(_comp STREQUAL "mpi")
+    _distcomm_pc_mpi(_public_requires _cflags _public_libs)  # <mpi.h> is in its header
+  elseif(_comp STREQUAL "gloo")
+    _distcomm_pc_gloo(_libs)
+  elseif(_comp STREQUAL "ucx")
+    set(_requires ucx)
+  endif()
+
+  get_target_property(_type distcomm_${_comp} TYPE)
+  if(_type STREQUAL "STATIC_LIBRARY")
+    set(DISTCOMM_PC_REQUIRES ${_public_requires} ${_requires})
+    set(DISTCOMM_PC_REQUIRES_PRIVATE "")
+    set(DISTCOMM_PC_LIBS "${_public_libs} ${_libs}")
+    set(DISTCOMM_PC_LIBS_PRIVATE "")
+  else()
+    set(DISTCOMM_PC_REQUIRES ${_public_requires})
+    set(DISTCOMM_PC_REQUIRES_PRIVATE ${_requires})
+    set(DISTCOMM_PC_LIBS "${_public_libs}")
+    set(DISTCOMM_PC_LIBS_PRIVATE "${_libs}")
+  endif()
+  list(JOIN DISTCOMM_PC_REQUIRES ", " DISTCOMM_PC_REQUIRES)
+  list(JOIN DISTCOMM_PC_REQUIRES_PRIVATE ", " DISTCOMM_PC_REQUIRES_PRIVATE)
+  set(DISTCOMM_PC_CFLAGS "${_cflags}")
+  foreach(_field IN ITEMS LIBS LIBS_PRIVATE CFLAGS)
+    string(STRIP "${DISTCOMM_PC_${_field}}" DISTCOMM_PC_${_field})
+  endforeach()
+  # Fields left empty would end in ", " or a blank: trim them.
+  file(READ "${_template}" _content)
+  string(CONFIGURE "${_content}" _content @ONLY)
+  string(REGEX REPLACE "[, \t]+\n" "\n" _content "${_content}")
+  file(CONFIGURE OUTPUT "${_distcomm_pc_stage}/${_module}.pc.in" CONTENT "${_content}" @ONLY)
+  set_property(DIRECTORY "${PROJECT_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+               "${_template}")
+  list(APPEND _distcomm_pc_modules ${_module})
+endforeach()
+
+# The second pass, at install time: CMAKE_INSTALL_PREFIX is then the prefix being installed to,
+# and file(INSTALL) adds DESTDIR itself.
+install(CODE "set(_distcomm_pc_stage \"${_distcomm_pc_stage}\")
+set(_distcomm_pc_modules \"${_distcomm_pc_modules}\")
+set(_distcomm_pc_dir \"${DISTCOMM_INSTALL_PKGCONFIGDIR}\")"
+        COMPONENT DistComm_Development)
+install(CODE [[
+if(NOT IS_ABSOLUTE "${_distcomm_pc_dir}")
+  set(_distcomm_pc_dir "${CMAKE_INSTALL_PREFIX}/${_distcomm_pc_dir}")
+endif()
+set(DISTCOMM_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+# One folder per destination, so installs of one build tree into two prefixes at once cannot
+# hand each other their files.
+string(MD5 _distcomm_pc_key "$ENV{DESTDIR}${_distcomm_pc_dir}")
+foreach(_distcomm_pc_module IN LISTS _distcomm_pc_modules)
+  set(_distcomm_pc_out "${_distcomm_pc_stage}/install-${_distcomm_pc_key}/${_distcomm_pc_module}.pc")
+  configure_file("${_distcomm_pc_stage}/${_distcomm_pc_module}.pc.in" "${_distcomm_pc_out}" @ONLY)
+  file(INSTALL "${_distcomm_pc_out}" DESTINATION "${_distcomm_pc_dir}")
+endforeach()
+file(REMOVE_RECURSE "${_distcomm_pc_stage}/install-${_distcomm_pc_key}")
+]] COMPONENT DistComm_Development)
+
 list(JOIN DISTCOMM_BUILT_COMPONENTS ", " _distcomm_built_text)
 message(STATUS "DistComm: components built and installed: ${_distcomm_built_text}")
 unset(_distcomm_built_text)
 unset(_distcomm_compat)
 unset(_distcomm_install_targets)
+unset(_distcomm_pc_modules)
+unset(_distcomm_pc_stage)
+unset(_distcomm_pc_threads)

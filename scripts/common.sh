@@ -27,6 +27,7 @@ DISTCOMM_PACKAGES=(
   ucx-utils
   python3
   gnuplot-nox
+  libtorch-dev
 )
 
 DISTCOMM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

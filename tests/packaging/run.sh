@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Packaging tests (label "packaging"). Installs a DistComm build tree's development and runtime
+# components into a temporary prefix, then checks one way of consuming it:
+#   --check pkgconfig     the pkg-config modules: prefix, validity, one module per built
+#                         component; examples/hello/hello.cpp compiled with nothing but
+#                         `c++ hello.cpp $(pkg-config --cflags --libs ...)` and run: --np 2 on
+#                         distcomm.pc alone, then 2 processes on each transport built
+#   --check test_package  the recipes' static checks (check_recipes.py) against the installed
+#                         export, and test_package/ (the Conan test project) configured with
+#                         plain CMake against the prefix, built and run
+# The temporary prefix and build trees are removed on exit (DISTCOMM_KEEP_TMP=1 keeps them).
+#
+# usage: run.sh --build-dir DIR --check pkgconfig|test_package [--cmake CMAKE]
+#               [--generator GEN] [--make-program PROG] [--cxx COMPILER] [--config BUILD_TYPE]
+#               [--sanitize ON|OFF] [--distcomm-run PATH] [--mpiexec PATH] [--python PATH]
+# Anything not given is read from DIR/CMakeCache.txt.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source_dir="$(cd "$here/../.." && pwd)"
+build_dir="" check="" cmake="" generator="" make_program="" cxx="" config="" sanitize=""
+distcomm_run="" mpiexec="" python="python3"
+while (($#)); do
+  case "$1" in
+    --build-dir) build_dir="$2"; shift 2 ;;
+    --check) check="$2"; shift 2 ;;
+    --cmake) cmake="$2"; shift 2 ;;
+    --generator) generator="$2"; shift 2 ;;
+    --make-program) make_program="$2"; shift 2 ;;
+    --cxx) cxx="$2"; shift 2 ;;
+    --config) config="$2"; shift 2 ;;
+    --sanitize) sanitize="$2"; shift 2 ;;
+    --distcomm-run) distcomm_run="$2"; shift 2 ;;
+    --mpiexec) mpiexec="$2"; shift 2 ;;
+    --python) python="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$build_dir" ]] || { echo "run.sh: --build-dir is required" >&2; exit 2; }
+case "$check" in
+  pkgconfig|test_package) ;;
+  *) echo "run.sh: --check pkgconfig|test_package is required" >&2; exit 2 ;;
+esac
+cache="$build_dir/CMakeCache.txt"
+[[ -f "$cache" ]] || { echo "run.sh: $cache not found: configure DistComm there first" >&2; exit 2; }
+
+from_cache() {  # from_cache VAR -> its value in the DistComm build's cache (empty if absent)
+  sed -n "s/^$1:[A-Z]*=//p" "$cache" | head -n 1
+}
+: "${cmake:=$(from_cache CMAKE_COMMAND)}"
+: "${cmake:=cmake}"
+: "${generator:=$(from_cache CMAKE_GENERATOR)}"
+: "${make_program:=$(from_cache CMAKE_MAKE_PROGRAM)}"
+: "${cxx:=$(from_cache CMAKE_CXX_COMPILER)}"
+: "${cxx:=c++}"
+: "${config:=$(from_cache CMAKE_BUILD_TYPE)}"
+: "${config:=Release}"
+: "${sanitize:=$(from_cache DISTCOMM_SANITIZE)}"
+pkgconfig_dir="$(from_cache DISTCOMM_INSTALL_PKGCONFIGDIR)"
+: "${pkgconfig_dir:=lib/pkgconfig}"
+
+# A build configured without install rules has nothing to consume: ctest reports it skipped.
+case "$(from_cache DISTCOMM_INSTALL)" in
+  OFF|FALSE|NO|0) echo "run.sh: DISTCOMM_INSTALL is OFF in $build_dir: skipped"; exit 77 ;;
+esac
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/distcomm-packaging.XXXXXX")"
+cleanup() {
+  if [[ "${DISTCOMM_KEEP_TMP:-0}" == 1 ]]; then echo "run.sh: kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+prefix="$tmp/prefix"
+
+step() { printf '\n== packaging (%s): %s\n' "$check" "$*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# A sanitized DistComm's static libraries need the sanitizer runtimes in whatever links them.
+sanitize_flags=()
+# shellcheck disable=SC2054  # one flag, whose value has commas
+case "${sanitize^^}" in
+  ON|TRUE|YES|1) sanitize_flags=(-fsanitize=address,undefined) ;;
+esac
+
+# Only the two components a package is made of (libraries, headers, CMake and pkg-config files):
+# what they install must be enough on its own.
+step "install the DistComm_Development and DistComm_Runtime components of $build_dir into $prefix"
+for component in DistComm_Development DistComm_Runtime; do
+  "$cmake" --install "$build_dir" --prefix "$prefix" --config "$config" \
+    --component "$component" >>"$tmp/install.log" || { cat "$tmp/install.log"; exit 1; }
+done
+grep -c '^-- Installing' "$tmp/install.log" | sed 's/^/installed entries: /'
+config_file="$prefix/lib/cmake/DistComm/DistCommConfig.cmake"
+[[ -f "$config_file" ]] || config_file="$(find "$prefix" -name DistCommConfig.cmake | head -n 1)"
+[[ -f "$config_file" ]] || fail "no DistCommConfig.cmake under $prefix"
+# The components this installation was built with, as DistCommConfig.cmake advertises them.
+read -r -a components <<<"$(sed -n 's/^set(DistComm_BUILT_COMPONENTS "\(.*\)")$/\1/p' \
+  "$config_file" | tr ';' ' ')"
+((${#components[@]})) || fail "DistComm_BUILT_COMPONENTS not found in $config_file"
+echo "built components: ${components[*]}"
+has_component() { [[ " ${components[*]} " == *" $1 "* ]]; }
+
+if [[ "$check" == test_package ]]; then
+  step "static checks of the vcpkg port, the Conan recipe and test_package against the export"
+  # Reported at the end: the build below is worth running whatever these find.
+  recipes_rc=0
+  "$python" "$here/check_recipes.py" --source-dir "$source_dir" --prefix "$prefix" || recipes_rc=$?
+
+  step "configure test_package/ (the Conan test project) with plain CMake against $prefix"
+  configure_args=(-G "$generator" "-DCMAKE_BUILD_TYPE=$config" "-DCMAKE_PREFIX_PATH=$prefix"
+                  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_COMPILER=$cxx")
+  [[ -n "$make_program" ]] && configure_args+=("-DCMAKE_MAKE_PROGRAM=$make_program")
+  if ((${#sanitize_flags[@]})); then
+    configure_args+=("-DCMAKE_CXX_FLAGS=${sanitize_flags[*]}"
+                     "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_flags[*]}")
+  fi
+  "$cmake" -S "$source_dir/test_package" -B "$tmp/test_package" "${configure_args[@]}"
+  found_dir="$(sed -n 's/^DistComm_DIR:PATH=//p' "$tmp/test_package/CMakeCache.txt")"
+  [[ "$found_dir" == "$prefix/"* ]] ||
+    fail "test_package found DistComm in '$found_dir', not in the fresh install under $prefix"
+
+  step "build and run test_package"
+  "$cmake" --build "$tmp/test_package" --config "$config"
+  bin="$(find "$tmp/test_package" -type f -name test_package -perm -u+x | head -n 1)"
+  [[ -n "$bin" ]] || fail "test_package was not built"
+  "$bin"
+  ((recipes_rc == 0)) || fail "check_recipes.py found inconsistencies (FAIL lines above)"
+  echo
+  echo "packaging: OK (recipes consistent with the export; test_package built and ran)"
+  exit 0
+fi
+
+# ---- --check pkgconfig ------------------------------------------------------------------------
+command -v pkg-config >/dev/null 2>&1 || fail "pkg-config is not installed"
+pc_dir="$prefix/$pkgconfig_dir"
+[[ -d "$pc_dir" ]] || fail "no $pc_dir: the install wrote no pkg-config modules"
+export PKG_CONFIG_PATH="$pc_dir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+
+step "one valid module per built component, naming the prefix installed to"
+modules=()
+for component in "${components[@]}"; do
+  case "$component" in
+    core) modules+=(distcomm) ;;
+    local) ;;  # in distcomm.pc, with core
+    *) modules+=("distcomm-$component") ;;
+  esac
+done
+for module in "${modules[@]}"; do
+  [[ -f "$pc_dir/$module.pc" ]] ||
+    fail "component module $module.pc is missing from $pc_dir (add cmake/$module.pc.in)"
+  # --validate also parses the modules it requires; their own warnings are not ours.
+  pkg-config --validate "$module" 2>"$tmp/validate.log" ||
+    { cat "$tmp/validate.log"; fail "pkg-config --validate $module"; }
+  # (stderr dropped: pkg-config repeats the required modules' warnings on every query)
+  found="$(pkg-config --variable=pcfiledir "$module" 2>/dev/null)"
+  [[ "$found" == "$pc_dir" ]] || fail "pkg-config resolves $module to '$found', not $pc_dir"
+  found="$(pkg-config --variable=prefix "$module" 2>/dev/null)"
+  [[ "$found" == "$prefix" ]] || fail "$module.pc has prefix=$found, installed to $prefix"
+  [[ "$(pkg-config --modversion "$module" 2>/dev/null)" == "$(pkg-config --modversion distcomm)" ]] ||
+    fail "$module and distcomm differ in version"
+  printf '%-14s %s\n' "$module:" "$(pkg-config --cflags --libs "$module" 2>/dev/null)"
+done
+
+# A shared DistComm in a prefix outside the loader's path: the programs below find it this way.
+libdir="$(pkg-config --variable=libdir distcomm)"
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# hello.cpp needs CLI11 for its options; CLI11 ships a pkg-config module too.
+pkg-config --exists CLI11 || fail "pkg-config module CLI11 not found (libcli11-dev installs it)"
+
+step "compile examples/hello/hello.cpp with \$(pkg-config --cflags --libs distcomm CLI11), run --np 2"
+# shellcheck disable=SC2046  # pkg-config's output is meant to split into flags
+"$cxx" "${sanitize_flags[@]}" "$source_dir/examples/hello/hello.cpp" \
+  $(pkg-config --cflags --libs distcomm CLI11) -o "$tmp/hello-local"
+"$tmp/hello-local" --np 2 | tee "$tmp/hello-local.out"
+[[ "$(grep -c ' ok (backend local' "$tmp/hello-local.out")" == 2 ]] ||
+  fail "distcomm-hello --np 2 did not report 2 ranks ok"
+
+# Every transport this installation has, in one program (as the CMake build of hello does).
+transports=()
+for t in mpi gloo ucx; do has_component "$t" && transports+=("$t"); done
+if ((${#transports[@]} == 0)); then
+  echo "packaging: no transport backend built: only distcomm.pc was exercised"
+  exit 0
+fi
+defines=() transport_modules=()
+for t in "${transports[@]}"; do
+  defines+=("-DDISTCOMM_HAVE_${t^^}")
+  transport_modules+=("distcomm-$t")
+done
+step "compile hello.cpp with \$(pkg-config --cflags --libs ${transport_modules[*]} CLI11)"
+# shellcheck disable=SC2046  # as above
+"$cxx" "${sanitize_flags[@]}" "${defines[@]}" "$source_dir/examples/hello/hello.cpp" \
+  $(pkg-config --cflags --libs "${transport_modules[@]}" CLI11 2>/dev/null) -o "$tmp/hello"
+
+for t in "${transports[@]}"; do
+  step "run it as 2 processes on $t"
+  if [[ "$t" == mpi ]]; then
+    [[ -n "$mpiexec" ]] || { echo "no mpiexec given: the mpi build was linked, not run"; continue; }
+    # As tests/mpi does: shared memory only (containers have no CMA), root allowed.
+    timeout 60 "$mpiexec" --allow-run-as-root --oversubscribe --mca btl self,vader \
+      --mca btl_vader_single_copy_mechanism none -np 2 "$tmp/hello" --backend mpi \
+      | tee "$tmp/hello-$t.out"
+  else
+    [[ -n "$distcomm_run" ]] || fail "--distcomm-run is needed to run the $t build"
+    "$distcomm_run" -np 2 --timeout 60 "$tmp/hello" --backend "$t" | tee "$tmp/hello-$t.out"
+  fi
+  [[ "$(grep -c " ok (backend $t" "$tmp/hello-$t.out")" == 2 ]] ||
+    fail "hello --backend $t did not report 2 ranks ok"
+done
+echo
+echo "packaging: OK (pkg-config modules valid and relocated; hello built from them and run on:" \
+  "local ${transports[*]})"
