@@ -342,6 +342,17 @@ TEST_CASE("ucx abort fails later waits") {
       CHECK(std::string(e.what()).find("test abort") != std::string::npos);
     }
     CHECK_THROWS_AS((void)b.isend(&x, 8, 1, 5), dc::peer_lost_error);
+  } else {
+    // The abort's notice reaches every peer: a wait on rank 0 fails at once, with the reason.
+    std::int64_t x = 0;
+    std::string what;
+    try {
+      auto r = b.irecv(&x, 8, 0, 5);
+      r.wait(soon());
+    } catch (const dc::peer_lost_error& e) {
+      what = e.what();
+    }
+    CHECK_MESSAGE(what.find("rank 0 aborted: test abort") != std::string::npos, what);
   }
   sync_all();  // nobody tears down (and force-closes) before rank 0 checked
 }

@@ -1,7 +1,50 @@
 // The UCX backend: point-to-point over UCP's tag API, one worker per backend, progress driven by
 // the thread that waits. Worker addresses are exchanged through DistComm's store; UCX picks the
-// transports (shared memory on one host, TCP or RDMA across hosts; UCX_TLS still applies).
-// No native collectives: strategies ring, tree, parameter_server and automatic run over it.
+// transports (UCX_TLS still applies). No native collectives: strategies ring, tree,
+// parameter_server and automatic run over it.
+//
+// Transports. Endpoints ask UCX for peer failure reports (UCP_ERR_HANDLING_MODE_PEER), so UCP
+// only picks transports that can give them: TCP, RDMA, and shared memory where that UCX's
+// shared-memory transports can report a dead peer. UCX 1.13 (Debian 12's) cannot: there even
+// ranks on one host talk TCP over loopback.
+//
+// Progress and waiting. There is no progress thread: the worker advances only inside test(),
+// wait(), the destruction of a pending request, the constructor (which ends with a zero-byte
+// handshake with every peer, so all connections are up when it returns) and the destructor.
+// wait() polls the worker while events arrive and, as soon as it is idle, arms it and sleeps on
+// its event file descriptor (ucp_worker_arm, ppoll) until the next event, the deadline or 10 ms,
+// whichever comes first; so ranks sharing cores give theirs to the peers they wait for instead
+// of spinning, and every wait ends at its deadline. While a rank does not wait (computing, or
+// inside the store) nothing progresses: eager sends complete locally, but a large (rendezvous)
+// send completes only once the receiver waits.
+//
+// Peer failure. UCX reports a failed peer through the endpoint's error callback, run during
+// progress; from then on every pending and future wait, isend and irecv involving that rank
+// throws peer_lost_error naming it and UCX's reason ("Endpoint timeout", "Connection reset by
+// remote peer"); other peers are unaffected. A wait names the peer it waits on: a rank stuck
+// behind another (a ring neighbour of the failed rank) names that other rank, unless the abort
+// notice of a rank that failed first (below) arrives before its own deadline.
+//  * A killed peer (SIGKILL, crash): the kernel resets its TCP connections, which wakes a waiting
+//    rank at once; on the development VM (UCX 1.13, 3 ranks) waits on a SIGKILLed rank failed
+//    with peer_lost_error within milliseconds. Connectionless transports rely on UCP's
+//    keepalive, which this backend runs every second unless UCX_KEEPALIVE_INTERVAL says
+//    otherwise (UCX's default is 20 s). A rank notices only while it progresses, i.e. at its
+//    next wait; a wait whose deadline comes first throws timeout_error.
+//  * A stopped (SIGSTOP) or hung peer is alive for the operating system: nothing fails, and
+//    waits on it throw timeout_error at their deadline, naming the peer rank, the tag and the
+//    bytes. A large (rendezvous) transfer UCX cannot cancel gets 1 s more, then its endpoint
+//    is force-closed: later calls to that rank throw peer_lost_error.
+//  * abort(reason) first sends every peer a notice with the reason (at most 511 bytes, for at
+//    most 100 ms), then force-closes this rank's endpoints. A peer that receives it fails every
+//    pending and future wait, isend and irecv, whichever rank it is for, with peer_lost_error
+//    "ucx: rank 2: rank 0 aborted: <reason>" (plus what rank 2 itself was waiting on), so the
+//    rank that failed first is named. The notice is needed: a force close alone leaves the
+//    TCP connection open until this rank's worker is destroyed.
+//
+// Teardown. The destructor meets the other ranks in a store barrier (progressing the worker
+// meanwhile), then force-closes the endpoints. A rank that aborted, saw a peer fail, had a wait
+// time out, or is unwinding an exception only marks its arrival and does not wait, so healthy
+// peers pass at once and a failed rank never waits for a dead one.
 #pragma once
 
 #include <chrono>
@@ -33,7 +76,8 @@ class [[nodiscard]] ucx_request {
   // Progresses the worker once; true once the transfer finished, throws if it failed
   // (mismatch_error, peer_lost_error, backend_error).
   bool test();
-  // Progresses until the transfer finished or `until` passed (timeout_error, request cancelled).
+  // Progresses (sleeping while idle) until the transfer finished or `until` passed
+  // (timeout_error, request cancelled); throws like test() if it failed.
   void wait(deadline until);
 
  private:
@@ -47,9 +91,11 @@ class [[nodiscard]] ucx_request {
         peer_(peer),
         tag_(tag),
         bytes_(bytes) {}
-  bool poll();             // one check of the UCX request, no progress; frees it when done
-  void cancel() noexcept;  // cancels and progresses until UCX released the request
-  std::string describe() const;
+  bool poll();                   // one check of the UCX request, no progress; frees it when done
+  bool settled();                // poll(), then cancels and throws if the peer failed or we aborted
+  void cancel() noexcept;        // cancels and progresses until UCX released the request
+  std::string transfer() const;  // "send of 8 bytes to rank 1 (tag 3)"
+  std::string describe() const;  // the same, after "ucx: "
 
   std::shared_ptr<detail::ucx_state> state_;
   void* handle_ = nullptr;  // the UCX request; null when complete
@@ -66,9 +112,10 @@ class ucx_backend {
   static constexpr const char* name = "ucx";
 
   // Collective over the `size` ranks sharing `kv`: creates the UCP context and worker, publishes
-  // the worker address under a prefix unique to this backend, and connects to every peer (the
-  // exchange waits as long as the store's own timeout). `kv` must outlive the backend: its
-  // destructor runs a final store barrier. `timeout` bounds closing the endpoints (at most 10 s).
+  // the worker address under a prefix unique to this backend, connects to every peer and
+  // exchanges a zero-byte handshake with each (both wait as long as the store's own timeout).
+  // `kv` must outlive the backend: its destructor runs a final store barrier. `timeout` bounds
+  // closing the endpoints (at most 10 s).
   ucx_backend(store& kv, int rank, int size,
               std::chrono::duration<double> timeout = std::chrono::seconds(300));
   // From distcomm::bootstrap(); keeps j.kv alive. A one-rank job needs no store.
@@ -81,8 +128,9 @@ class ucx_backend {
   [[nodiscard]] ucx_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] ucx_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
 
-  // Fails every pending and future wait with peer_lost_error(reason) and force-closes the
-  // endpoints so the peers notice.
+  // Fails every pending and future wait with peer_lost_error(reason), sends every peer an abort
+  // notice (their waits fail too, naming this rank and the reason) and force-closes the
+  // endpoints.
   void abort(const std::string& reason) noexcept;
 
  private:
