@@ -2,9 +2,10 @@
 // every call, gives it a deadline (DISTCOMM_TIMEOUT), and runs it through the strategy (which
 // algorithm) over the backend (which transport); grouped allreduces go through the fusion policy.
 // After a collective fails on a transport, the communicator aborts the backend (so the other
-// ranks fail fast too) and refuses further calls.
+// ranks fail fast too) and refuses further calls with an error of the first failure's kind.
 #pragma once
 
+#include <exception>
 #include <limits>
 #include <string>
 #include <utility>
@@ -112,11 +113,11 @@ class communicator {
  private:
   template <class F>
   void guarded(const char* what, F&& body) {
-    if (!failure_.empty()) {
-      throw error(std::string(what) +
-                  ": this communicator is unusable since an earlier "
-                  "collective failed: " +
-                  failure_);
+    if (first_failure_) {
+      rethrow_failure(std::string(what) +
+                      ": this communicator is unusable since an earlier "
+                      "collective failed: " +
+                      failure_);
     }
     try {
       body(deadline_after(config_.timeout));
@@ -124,8 +125,27 @@ class communicator {
       throw;  // a bad call on this rank leaves the transport untouched
     } catch (const std::exception& e) {
       failure_ = std::string(what) + ": " + e.what();
+      first_failure_ = std::current_exception();
       backend_.abort(failure_);
       throw;
+    }
+  }
+
+  // Throws `message` as the kind of the first failure, so that code catching timeout_error or
+  // peer_lost_error around every call also catches the calls after it.
+  [[noreturn]] void rethrow_failure(const std::string& message) const {
+    try {
+      std::rethrow_exception(first_failure_);
+    } catch (const timeout_error&) {
+      throw timeout_error(message);
+    } catch (const peer_lost_error&) {
+      throw peer_lost_error(message);
+    } catch (const mismatch_error&) {
+      throw mismatch_error(message);
+    } catch (const backend_error& e) {
+      throw backend_error(e.backend(), e.routine(), e.code(), message);
+    } catch (...) {
+      throw error(message);
     }
   }
 
@@ -187,7 +207,8 @@ class communicator {
   config config_;
   Strategy strategy_;
   Fusion fusion_;
-  std::string failure_;
+  std::string failure_;               // "<collective>: <what()>" of the first failure
+  std::exception_ptr first_failure_;  // set with failure_; its type is rethrown
 };
 
 }  // namespace distcomm

@@ -16,6 +16,7 @@
 //   ignore-term        ignores SIGTERM from now on
 //   record-signals DIR on SIGINT, SIGTERM or SIGHUP: writes the number to DIR/signal<R>, exits
 //   wait-pidfiles DIR N  waits (at most 20 s) until DIR holds N rank*.pid files
+//   wait-stopped DIR R waits (at most 20 s) until the process in DIR/rankR.pid is stopped
 //   rank-exit R CODE   rank R exits with CODE here       rank-kill R SIG   rank R raises SIG here
 //   exit CODE          sleep SECONDS          sleep-forever
 #include <dirent.h>
@@ -74,6 +75,19 @@ int count_pidfiles(const std::string& dir) {
     ::closedir(d);
   }
   return n;
+}
+
+// True when the process is stopped by a signal: state T in /proc/<pid>/stat ("pid (comm) T ...").
+bool is_stopped(const std::string& pid) {
+  const int fd = ::open(("/proc/" + pid + "/stat").c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  char text[512];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* paren = std::strrchr(text, ')');
+  return paren != nullptr && paren[1] == ' ' && paren[2] == 'T';
 }
 
 [[noreturn]] void sleep_forever() {
@@ -172,6 +186,16 @@ int main(int argc, char** argv) {
       const std::string dir = arg();
       const int n = std::atoi(arg().c_str());
       for (int t = 0; t < 20000 && count_pidfiles(dir) < n; ++t) ::usleep(1000);
+    } else if (action == "wait-stopped") {
+      const std::string dir = arg();
+      const std::string path = dir + "/rank" + arg() + ".pid";
+      wait_for_file(path);
+      std::string pid;
+      const int fd = ::open(path.c_str(), O_RDONLY);
+      char c;
+      while (fd >= 0 && ::read(fd, &c, 1) == 1 && c != '\n') pid += c;
+      if (fd >= 0) ::close(fd);
+      for (int t = 0; t < 20000 && !is_stopped(pid); ++t) ::usleep(1000);
     } else if (action == "rank-exit") {
       const int r = std::atoi(arg().c_str());
       const int code = std::atoi(arg().c_str());

@@ -1,8 +1,8 @@
 // distcomm-run end to end: starts the launcher (posix_spawn) on distcomm-test-child and checks the
 // environment the ranks get, --tag-output, stopping on the first failure, --grace, --timeout,
-// signal forwarding, exit codes, --print-world / --print-config, and that no process of a job
-// outlives the launcher. Every launch has a hard limit; a launcher that overruns it is killed
-// and the test fails.
+// signal forwarding, stopped ranks, exit codes, --print-world / --print-config, and that no process
+// of a job outlives the launcher. Every launch has a hard limit; a launcher that overruns it is
+// killed and the test fails.
 #include <doctest/doctest.h>
 
 #include <dirent.h>
@@ -530,6 +530,37 @@ TEST_CASE("launcher: a rank that ignores SIGTERM gets SIGKILL after --grace") {
   CHECK(r.seconds >= 2.0);
   CHECK(r.seconds < 7.0);
   check_all_gone(dir, 4);
+}
+
+TEST_CASE("launcher: a stopped rank is reported, and continued when the job stops") {
+  // Rank 1 stops itself; rank 2 fails once it is stopped. A stopped rank acts on SIGTERM only once
+  // continued, so the launcher's SIGCONT must end it without waiting out --grace.
+  scratch_dir dir;
+  const std::string d = dir.str();
+  const std::string sigstop = std::to_string(SIGSTOP);
+  std::vector<std::string> args = {"-np", "3", "--grace", "5", child_path};
+  // Every rank starts a grandchild, records its pid and waits for the others' ...
+  args.insert(args.end(), {"grandchild", d, "pidfile", d, "wait-pidfiles", d, "3"});
+  // ... then rank 1 stops itself, and rank 2 fails as soon as it sees rank 1 stopped.
+  args.insert(args.end(),
+              {"rank-kill", "1", sigstop, "wait-stopped", d, "1", "rank-exit", "2", "3"});
+  args.push_back("sleep-forever");
+  const result r = run(args);
+  CHECK(r.code == 3);
+  const std::vector<pid_t> rank1 = dir.pids("rank1");
+  REQUIRE(rank1.size() == 1);
+  const std::string stopped = "distcomm-run: rank 1 (pid " + std::to_string(rank1[0]) +
+                              ") was stopped by signal " + sigstop + " (SIGSTOP)";
+  const std::string failed =
+      "distcomm-run: rank 2 exited with code 3; stopping the other 2 ranks (rank 1 is stopped; "
+      "SIGCONT follows the SIGTERM)\n";
+  CHECK_HAS(r.err, stopped + "; the job cannot finish until it is continued or ended\n");
+  CHECK_HAS(r.err, failed);
+  CHECK(r.err.find(stopped) == r.err.rfind(stopped));  // once
+  CHECK(r.err.find(stopped) < r.err.find(failed));
+  CHECK(r.err.find("--grace") == std::string::npos);  // SIGTERM was enough
+  CHECK(r.seconds < 4.5);
+  check_all_gone(dir, 6);  // 3 ranks and their 3 grandchildren
 }
 
 TEST_CASE("launcher: --timeout ends a hung job with exit code 124") {

@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "output.hpp"
@@ -73,12 +74,14 @@ struct signal_entry {
   const char* name;
 };
 
-// The signals a rank is likely to die of or distcomm-run to forward.
+// The signals a rank is likely to die of or be stopped by, or distcomm-run to forward.
 constexpr signal_entry signal_names[] = {
     {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
     {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
     {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
     {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+    {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGCONT, "SIGCONT"}, {SIGTTIN, "SIGTTIN"},
+    {SIGTTOU, "SIGTTOU"},
 };
 
 std::string signal_name(int sig) {
@@ -97,9 +100,11 @@ struct output_stream {
 };
 
 struct rank_process {
-  pid_t pid = -1;            // also the id of its process group
-  bool running = false;      // started and not reaped yet
-  bool group_empty = false;  // nothing is left in its process group (checked after it exited)
+  pid_t pid = -1;              // also the id of its process group
+  bool running = false;        // started and not reaped yet
+  bool stopped = false;        // stopped by a signal (SIGSTOP, SIGTSTP, ...) and not continued
+  bool stop_reported = false;  // its first stop was reported (later ones are not)
+  bool group_empty = false;    // nothing is left in its process group (checked after it exited)
   std::vector<output_stream> streams;
 };
 
@@ -289,35 +294,76 @@ class supervisor {
     return out;
   }
 
-  bool is_rank_pid(pid_t pid) const {
-    return std::any_of(ranks_.begin(), ranks_.end(),
-                       [&](const rank_process& r) { return r.running && r.pid == pid; });
+  // The rank whose running process is pid, or -1.
+  int rank_of(pid_t pid) const {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].running && ranks_[i].pid == pid) return static_cast<int>(i);
+    }
+    return -1;
   }
 
   std::vector<pid_t> orphans() const {
     std::vector<pid_t> out = own_children();
-    out.erase(std::remove_if(out.begin(), out.end(), [&](pid_t p) { return is_rank_pid(p); }),
+    out.erase(std::remove_if(out.begin(), out.end(), [&](pid_t p) { return rank_of(p) >= 0; }),
               out.end());
     return out;
   }
 
-  // Collects every child that ended: ranks, and orphans of the job re-parented to the launcher.
+  // Collects every child that ended (ranks, and orphans of the job re-parented to the launcher)
+  // and notes ranks that were stopped or continued. Stops are handled before the exits collected
+  // in the same round, so that the line about a failure can say which ranks are stopped.
   void reap() {
+    std::vector<std::pair<int, int>> exits;  // rank, wait status
     for (;;) {
       int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (pid <= 0) {
         if (pid < 0 && errno == EINTR) continue;
-        return;
+        break;
       }
-      for (std::size_t i = 0; i < ranks_.size(); ++i) {
-        if (ranks_[i].pid == pid && ranks_[i].running) on_rank_exit(static_cast<int>(i), status);
+      const int rank = rank_of(pid);
+      if (rank < 0) continue;  // an orphan
+      rank_process& r = ranks_[static_cast<std::size_t>(rank)];
+      if (WIFSTOPPED(status)) {
+        on_rank_stopped(rank, WSTOPSIG(status));
+      } else if (WIFCONTINUED(status)) {
+        r.stopped = false;
+      } else {
+        r.running = false;
+        exits.emplace_back(rank, status);
       }
     }
+    for (const auto& [rank, status] : exits) on_rank_exit(rank, status);
+  }
+
+  // A stopped rank neither runs nor exits: the job may wait for it silently until some deadline,
+  // so say so. Once per rank: tools that pause processes again and again (cpulimit, a debugger)
+  // would repeat the line.
+  void on_rank_stopped(int rank, int sig) {
+    rank_process& r = ranks_[static_cast<std::size_t>(rank)];
+    r.stopped = true;
+    if (r.stop_reported) return;
+    r.stop_reported = true;
+    std::string what = ranks_text({rank}) + " (pid " + std::to_string(r.pid) +
+                       ") was stopped by signal " + std::to_string(sig) + " (" + signal_name(sig) +
+                       ")";
+    if (sig == SIGTTIN || sig == SIGTTOU) what += ", for using the terminal from the background";
+    if (!stopping_) what += "; the job cannot finish until it is continued or ended";
+    say(what);
+  }
+
+  // " (rank 1 is stopped; SIGCONT follows the SIGTERM)" when running ranks are stopped, else "".
+  std::string stopped_note(int sig) const {
+    std::vector<int> stopped;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].running && ranks_[i].stopped) stopped.push_back(static_cast<int>(i));
+    }
+    if (stopped.empty()) return {};
+    return " (" + ranks_text(stopped) + (stopped.size() == 1 ? " is" : " are") +
+           " stopped; SIGCONT follows the " + signal_name(sig) + ")";
   }
 
   void on_rank_exit(int rank, int status) {
-    ranks_[static_cast<std::size_t>(rank)].running = false;
     // Once the job is stopping, exits are its consequence, not new failures.
     if (stopping_ || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) return;
     std::string what = ranks_text({rank});
@@ -330,7 +376,9 @@ class supervisor {
       what += " exited with code " + std::to_string(exit_code_);
     }
     const std::size_t others = running_count();
-    if (others > 0) what += "; stopping the other " + plural(others, "rank");
+    if (others > 0) {
+      what += "; stopping the other " + plural(others, "rank") + stopped_note(SIGTERM);
+    }
     say(what);
     begin_stop(SIGTERM);
   }
@@ -354,7 +402,8 @@ class supervisor {
     exit_code_ = exit_timeout;
     const std::vector<int> running = running_ranks();
     say("job did not finish within " + seconds_text(o_.timeout) + " (--timeout); killed " +
-        (running.empty() ? std::string("the processes its ranks started") : ranks_text(running)));
+        (running.empty() ? std::string("the processes its ranks started") : ranks_text(running)) +
+        stopped_note(SIGTERM));
     begin_stop(SIGTERM);
   }
 
@@ -362,7 +411,8 @@ class supervisor {
     if (sig == SIGCHLD) return;  // reap() runs at the top of every round
     if (!stopping_) {
       exit_code_ = exit_signal_base + sig;
-      say("received " + signal_name(sig) + "; forwarding it to " + count_text(running_count()));
+      say("received " + signal_name(sig) + "; forwarding it to " + count_text(running_count()) +
+          stopped_note(sig));
       begin_stop(sig);
     } else if (!kill_sent_) {
       say("received " + signal_name(sig) + " while stopping; sending SIGKILL");

@@ -243,7 +243,7 @@ signal_setup::signal_setup() {
       continue;
     } else {
       sa.sa_handler = on_signal;
-      sa.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
+      sa.sa_flags = SA_RESTART;  // SIGCHLD also when a rank is stopped or continued
     }
     ::sigaction(sig, &sa, nullptr);
   }

@@ -47,10 +47,11 @@ std::string command_output(const std::vector<std::string>& argv, std::chrono::mi
 // seccomp profile) and Yama ptrace_scope 2 or 3 refuse it. False where Linux is not.
 bool cross_process_reads_work();
 
-// Installs the launcher's dispositions: SIGINT, SIGTERM, SIGHUP and SIGCHLD write their number to
-// a self-pipe (read by the main loop), SIGPIPE is ignored. A forwarded signal the launcher
-// inherited as ignored stays ignored (nohup, background jobs of a script), and the job is then not
-// stopped by it either. The destructor puts back what was inherited. One at a time per process.
+// Installs the launcher's dispositions: SIGINT, SIGTERM, SIGHUP and SIGCHLD (also raised when a
+// child is stopped or continued) write their number to a self-pipe (read by the main loop),
+// SIGPIPE is ignored. A forwarded signal the launcher inherited as ignored stays ignored (nohup,
+// background jobs of a script), and the job is then not stopped by it either. The destructor puts
+// back what was inherited. One at a time per process.
 class signal_setup {
  public:
   signal_setup();

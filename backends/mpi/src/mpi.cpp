@@ -1,5 +1,6 @@
 #include "distcomm/backends/mpi.hpp"
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <utility>
@@ -110,6 +111,10 @@ namespace {
 // Largest piece of one message: messages above INT_MAX bytes are split (MPI counts are int).
 constexpr std::size_t max_piece = std::size_t{1} << 30;
 
+// How long destroying a pending send waits for a healthy peer to take it. A peer inside a
+// collective takes a message within milliseconds; seconds mean it is stuck, stopped or dead.
+constexpr auto send_drain_limit = std::chrono::seconds(3);
+
 void check_peer(int peer, int size, const char* what) {
   if (peer < 0 || peer >= size) {
     throw invalid_argument_error(std::string("mpi: ") + what + ": peer " + std::to_string(peer) +
@@ -216,6 +221,7 @@ bool mpi_request::test() {
                              std::to_string(bytes_) +
                              "); both ranks must use the same count and dtype");
       }
+      state_->failed.store(true, std::memory_order_release);  // a lost peer or a broken transport
       detail::mpi_check(rc, "MPI_Test");
     }
     if (!flag) {
@@ -247,6 +253,9 @@ void mpi_request::wait(deadline until) {
   if (detail::mpi_poll([&] { return test(); }, until)) return;
   const std::string what = describe();
   const int me = state_->rank;
+  // The peer is not answering: the sends still pending to it, here and in the other requests the
+  // caller destroys while this exception unwinds, are freed at once instead of waited for.
+  state_->failed.store(true, std::memory_order_release);
   if (!is_send_) cancel();  // a receive can be cancelled; a send is left to the destructor
   throw timeout_error("mpi: rank " + std::to_string(me) + ": " + what +
                       " did not complete before the deadline (DISTCOMM_TIMEOUT); rank " +
@@ -260,16 +269,24 @@ void mpi_request::cancel() noexcept {
   int finalized = 0;
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
     if (is_send_) {
-      // MPI_Cancel of a send is deprecated and not implemented by Open MPI's ob1: wait a bounded
-      // time for the peer to take it, then let go of the request.
-      const deadline until = clock::now() + std::chrono::seconds(3);
+      // MPI_Cancel of a send is deprecated and not implemented by Open MPI's ob1. A healthy peer
+      // takes the message soon, so wait for it a bounded time; after a failure it will not, so let
+      // go at once. Either way a send still pending is freed (MPI may still deliver it and read
+      // its buffer later), and the state is marked failed: the budget is spent once per backend,
+      // not once per send of a strategy that unwinds.
+      const deadline until = clock::now() + send_drain_limit;
       for (MPI_Request& r : reqs_) {
         if (r == MPI_REQUEST_NULL) continue;
-        int flag = 0;
-        detail::mpi_poll(
-            [&] { return MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0; },
-            until);
-        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+        if (!state_->has_failed()) {
+          int flag = 0;
+          detail::mpi_poll(
+              [&] { return MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0; },
+              until);
+        }
+        if (r != MPI_REQUEST_NULL) {
+          state_->failed.store(true, std::memory_order_release);
+          MPI_Request_free(&r);
+        }
       }
     } else {
       for (MPI_Request& r : reqs_) {

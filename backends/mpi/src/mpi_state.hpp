@@ -26,6 +26,11 @@ struct mpi_state {
   int rank = 0;
   int size = 1;
   std::atomic<bool> aborted{false};
+  // Set once a peer stopped taking messages: a wait timed out, MPI reported an error, or a pending
+  // send had to be abandoned. From then on a pending send that is destroyed is freed at once
+  // instead of waited for, so unwinding a strategy's requests after a failure costs nothing per
+  // send. The backend stays usable (a timed-out receive is cancelled cleanly).
+  std::atomic<bool> failed{false};
   std::mutex mu;
   std::string abort_reason;
   MPI_Op half_ops[2][4] = {};  // [f16, bf16][sum, min, max, prod], user-defined
@@ -39,6 +44,9 @@ struct mpi_state {
   [[noreturn]] void throw_aborted();
   void check_aborted() {
     if (aborted.load(std::memory_order_acquire)) throw_aborted();
+  }
+  bool has_failed() const {
+    return failed.load(std::memory_order_acquire) || aborted.load(std::memory_order_acquire);
   }
 };
 

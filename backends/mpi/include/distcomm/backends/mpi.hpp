@@ -26,9 +26,11 @@ struct mpi_state;
 }  // namespace detail
 
 // A pending send or receive; messages above INT_MAX bytes travel as several <= 1 GiB pieces, so a
-// request may hold several MPI requests. Move-only. Destroying a pending receive cancels it;
-// destroying a pending send waits for it a few seconds (MPI cannot reliably cancel sends), then
-// frees it: after that the communicator must be treated as broken.
+// request may hold several MPI requests. Move-only. Destroying a pending receive cancels it.
+// Destroying a pending send (MPI cannot reliably cancel sends) waits at most 3 s for the peer to
+// take it, or not at all once a peer failed this process (a wait timed out, MPI reported an error,
+// abort(), or an earlier send was given up this way), then frees it: MPI may still deliver it and
+// read its buffer, so after that the communicator must be treated as broken.
 class [[nodiscard]] mpi_request {
  public:
   mpi_request() = default;  // an empty request is complete
@@ -42,7 +44,8 @@ class [[nodiscard]] mpi_request {
   // after abort(), backend_error on an MPI error.
   bool test();
   // Polls until done or `until` passed. On timeout a receive is cancelled; a send is left to the
-  // destructor. Throws timeout_error naming the operation, peer, tag and bytes.
+  // destructor, which (like those of every other pending send) then frees it at once. Throws
+  // timeout_error naming the operation, peer, tag and bytes.
   void wait(deadline until);
 
  private:
