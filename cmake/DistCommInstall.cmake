@@ -257,6 +257,22 @@ foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
     _distcomm_pc_gloo(_libs)
   elseif(_comp STREQUAL "ucx")
     set(_requires ucx)
+  elseif(_comp STREQUAL "nccl")
+    # <cuda_runtime_api.h> and <nccl.h> are in its headers; CUDA's pkg-config modules are named
+    # after the toolkit version (cudart-13.0), so the directories are given directly (from the
+    # cache: the backend's find_package results are local to its directory).
+    get_filename_component(_cuda_lib_dir "${CUDA_cudart_LIBRARY}" DIRECTORY)
+    get_filename_component(_cuda_include_dir "${_cuda_lib_dir}/../include" ABSOLUTE)
+    get_filename_component(_nccl_lib_dir "${NCCL_LIBRARY}" DIRECTORY)
+    set(_dirs "${_cuda_include_dir}" "${NCCL_INCLUDE_DIR}")
+    list(REMOVE_DUPLICATES _dirs)
+    list(TRANSFORM _dirs PREPEND "-I")
+    list(JOIN _dirs " " _cflags)
+    set(_dirs "${_cuda_lib_dir}" "${_nccl_lib_dir}")
+    list(REMOVE_DUPLICATES _dirs)
+    list(TRANSFORM _dirs PREPEND "-L")
+    list(JOIN _dirs " " _public_libs)
+    string(APPEND _public_libs " -lnccl -lcudart")
   endif()
 
   get_target_property(_type distcomm_${_comp} TYPE)

@@ -31,7 +31,8 @@ if ((sanitize)); then
   export ASAN_OPTIONS="${ASAN_OPTIONS:-strict_string_checks=1:detect_stack_use_after_return=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
   phase "configure build-asan/" configure_tree build-asan -DDISTCOMM_SANITIZE=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTCOMM_BUILD_BENCH=OFF -DDISTCOMM_BUILD_EXAMPLES=OFF
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTCOMM_BUILD_BENCH=OFF -DDISTCOMM_BUILD_EXAMPLES=OFF \
+    -DDISTCOMM_WITH_NCCL=OFF
   phase "build build-asan/" build_tree build-asan
   phase "ctest build-asan/ -L unit" ctest --test-dir build-asan -L unit --output-on-failure \
     -j "$DISTCOMM_JOBS"

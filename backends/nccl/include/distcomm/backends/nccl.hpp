@@ -1,0 +1,153 @@
+// The NCCL backend: NCCL's collectives and send/recv on CUDA device memory. Every operation is
+// enqueued on a CUDA stream (the backend's own, or the caller's through set_stream / the stream
+// arguments) and returns at once; its request completes on a CUDA event recorded after it.
+// Communicators are created non-blocking (ncclConfig_t::blocking = 0), so creation, every wait and
+// teardown poll ncclCommGetAsyncError against a deadline instead of hanging on a lost peer.
+// On a timeout or an NCCL error the communicator is aborted (ncclCommAbort) and the error says
+// which NCCL routine failed, with ncclGetErrorString and ncclGetLastError.
+// Point-to-point: NCCL has no tags, so a message matches the next receive posted for the same
+// peer, whatever its tag; sizes are not checked (NCCL requires equal sizes). Sends and receives
+// posted one after the other are queued and issued as one NCCL group when a request of them is
+// first tested or waited on, so a ring's "receive from left, send to right" cannot deadlock.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/reduce_op.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
+#include "distcomm/rendezvous/store.hpp"
+
+namespace distcomm {
+
+namespace detail {
+struct nccl_state;
+struct nccl_group;
+
+// NCCL's type for a dtype (every DistComm dtype has one: i8 -> ncclInt8, bf16 -> ncclBfloat16,
+// ...); invalid_argument_error for a value that is not a dtype.
+ncclDataType_t nccl_datatype(dtype t);
+// NCCL's operation for (op, dtype). Floating-point avg is ncclAvg; integer avg is ncclSum followed
+// by DistComm's truncating division (ncclAvg rounds integers differently from the other
+// backends), signalled through *divide_after.
+ncclRedOp_t nccl_redop(reduce_op op, dtype t, bool* divide_after);
+
+// Rank 0 calls make() and publishes the value under `key`; every other rank reads it (waiting up
+// to the store's timeout). How the NCCL unique id travels; a rendezvous_error when a rank reads a
+// value of another size than `expected_bytes`.
+bytes share_from_rank0(store& kv, int rank, const std::string& key, std::size_t expected_bytes,
+                       const std::function<bytes()>& make);
+}  // namespace detail
+
+// A pending NCCL operation. Move-only; empty (default-constructed) means complete.
+// test() and wait() throw peer_lost_error after abort(), timeout_error past the deadline (the
+// communicator is then aborted), and the NCCL error of an asynchronous failure.
+// Destroying a pending request does not block: the operation stays ordered on its stream, and
+// after abort() it ends with the communicator. Keep its buffers alive until the stream passes it.
+class [[nodiscard]] nccl_request {
+ public:
+  nccl_request() = default;
+  nccl_request(nccl_request&&) noexcept = default;
+  nccl_request& operator=(nccl_request&&) noexcept = default;
+  nccl_request(const nccl_request&) = delete;
+  nccl_request& operator=(const nccl_request&) = delete;
+  ~nccl_request() = default;
+
+  bool test();
+  void wait(deadline until);
+
+ private:
+  friend class nccl_backend;
+  nccl_request(std::shared_ptr<detail::nccl_state> state, std::shared_ptr<detail::nccl_group> g,
+               std::string what)
+      : state_(std::move(state)), group_(std::move(g)), what_(std::move(what)) {}
+
+  std::shared_ptr<detail::nccl_state> state_;  // keeps the communicator alive
+  std::shared_ptr<detail::nccl_group> group_;  // the CUDA event this request completes on
+  std::string what_;                           // "allreduce of 4096 bytes", for errors
+};
+
+class nccl_backend {
+ public:
+  using request = nccl_request;
+  static constexpr const char* name = "nccl";
+  // NCCL's reduction order depends on its algorithm (ring, tree, NVLS) and protocol.
+  static constexpr bool native_is_deterministic = false;
+  // NCCL tunes its algorithms per size and topology itself.
+  static constexpr const char* default_algo = "native:0-max";
+  // Buffers are CUDA device memory (tensor_view::memory == memory_kind::cuda).
+  static constexpr bool moves_device_memory = true;
+
+  // How an adopted communicator is held.
+  enum ownership {
+    attach,          // used as is; never finalized, destroyed or aborted by us
+    take_ownership,  // ours from now on: finalized and destroyed (or aborted) by us
+  };
+
+  // Collective over the `size` ranks sharing `kv`: rank 0 creates the NCCL unique id and publishes
+  // it through the store, then all create a non-blocking communicator on CUDA device `device`
+  // within `timeout`, which also bounds teardown. `kv` is used only inside the constructor.
+  nccl_backend(store& kv, int rank, int size, int device,
+               std::chrono::duration<double> timeout = std::chrono::seconds(300));
+  // From distcomm::bootstrap(), on device `device` (-1: the world's local rank, modulo the number
+  // of visible devices). A one-rank job needs no store.
+  explicit nccl_backend(const job& j, int device = -1,
+                        std::chrono::duration<double> timeout = std::chrono::seconds(300));
+  // Adopts a communicator (its device becomes current for every call).
+  nccl_backend(ncclComm_t comm, ownership kind,
+               std::chrono::duration<double> timeout = std::chrono::seconds(300));
+
+  nccl_backend(nccl_backend&&) noexcept = default;
+  nccl_backend& operator=(nccl_backend&&) noexcept = default;
+  nccl_backend(const nccl_backend&) = delete;
+  nccl_backend& operator=(const nccl_backend&) = delete;
+  ~nccl_backend() = default;  // the last request or copy of the state tears down
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  int device() const noexcept;
+  ncclComm_t comm() const noexcept;
+  // The stream every call without a stream argument uses: a non-blocking stream created for this
+  // backend, until set_stream() (e.g. with a framework's current stream; not owned).
+  cudaStream_t stream() const noexcept;
+  void set_stream(cudaStream_t s) noexcept;
+
+  [[nodiscard]] nccl_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
+  [[nodiscard]] nccl_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+
+  // Fails every pending and future wait with peer_lost_error(reason). An owned communicator is
+  // aborted (ncclCommAbort ends its kernels); an attached one is only marked: abort it yourself.
+  void abort(const std::string& reason) noexcept;
+
+  // Asynchronous collectives on `s` (counts in elements, as in nccl.h).
+  [[nodiscard]] nccl_request iallreduce(const void* in, void* out, std::size_t count, dtype t,
+                                        reduce_op op, cudaStream_t s);
+  [[nodiscard]] nccl_request ireduce_scatter(const void* in, void* out, std::size_t recv_count,
+                                             dtype t, reduce_op op, cudaStream_t s);
+  [[nodiscard]] nccl_request iallgather(const void* in, void* out, std::size_t send_count, dtype t,
+                                        cudaStream_t s);
+  [[nodiscard]] nccl_request ibroadcast(void* data, std::size_t count, dtype t, int root,
+                                        cudaStream_t s);
+
+  // The native collectives strategy::native calls: the above on stream(), waited until `until`.
+  void native_allreduce(const void* in, void* out, std::size_t count, dtype t, reduce_op op,
+                        deadline until);
+  void native_reduce_scatter(const void* in, void* out, std::size_t recv_count, dtype t,
+                             reduce_op op, deadline until);
+  void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
+  void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
+  void native_barrier(deadline until);
+
+ private:
+  std::shared_ptr<detail::nccl_state> state_;
+};
+
+}  // namespace distcomm

@@ -1,0 +1,260 @@
+// The CUDA side of the NCCL backend, on one GPU: the reduction kernels and the batched pack/unpack
+// against the host kernels (every dtype and op, odd sizes, pointers one element off alignment),
+// device Tensor Fusion, and NCCL's collectives and send/recv on a one-rank communicator.
+// Without a CUDA device the program prints why and exits 77, which ctest reports as skipped.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <cuda_runtime_api.h>
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "distcomm/backends/cuda_fusion.hpp"
+#include "distcomm/backends/cuda_kernels.hpp"
+#include "distcomm/backends/nccl.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/rendezvous/hash_store.hpp"
+
+namespace dc = distcomm;
+
+namespace {
+
+void cuda_ok(cudaError_t e) { REQUIRE_MESSAGE(e == cudaSuccess, cudaGetErrorString(e)); }
+
+// Device memory with room for one extra element in front, so tests can offset by one element.
+class device_bytes {
+ public:
+  explicit device_bytes(std::size_t n) : n_(n) { cuda_ok(cudaMalloc(&p_, n + 16)); }
+  ~device_bytes() { cudaFree(p_); }
+  device_bytes(const device_bytes&) = delete;
+  device_bytes& operator=(const device_bytes&) = delete;
+  unsigned char* at(std::size_t offset) const { return static_cast<unsigned char*>(p_) + offset; }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t n_;
+};
+
+// count values of dtype t, seeded differently per call, kept small so products stay finite.
+std::vector<unsigned char> values(dc::dtype t, std::size_t count, int seed) {
+  std::vector<unsigned char> out(count * dc::dtype_size(t));
+  for (std::size_t i = 0; i < count; ++i) {
+    const int k = static_cast<int>((i * 7 + static_cast<std::size_t>(seed) * 13) % 23) - 11;
+    const float f = static_cast<float>(k) * 0.375f;
+    unsigned char* d = out.data() + i * dc::dtype_size(t);
+    switch (t) {
+      case dc::dtype::f16: {
+        const dc::f16 h(f);
+        std::memcpy(d, &h, 2);
+        break;
+      }
+      case dc::dtype::bf16: {
+        const dc::bf16 h(f);
+        std::memcpy(d, &h, 2);
+        break;
+      }
+      case dc::dtype::f32:
+        std::memcpy(d, &f, 4);
+        break;
+      case dc::dtype::f64: {
+        const double v = f;
+        std::memcpy(d, &v, 8);
+        break;
+      }
+      case dc::dtype::i8: {
+        const auto v = static_cast<std::int8_t>(k * 11);  // wraps in products and sums
+        std::memcpy(d, &v, 1);
+        break;
+      }
+      case dc::dtype::u8: {
+        const auto v = static_cast<std::uint8_t>(k * 29);
+        std::memcpy(d, &v, 1);
+        break;
+      }
+      case dc::dtype::i32: {
+        const std::int32_t v = k * 190000000;  // sums and products wrap
+        std::memcpy(d, &v, 4);
+        break;
+      }
+      case dc::dtype::i64: {
+        const std::int64_t v = static_cast<std::int64_t>(k) * 800000000000000000LL;
+        std::memcpy(d, &v, 8);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<unsigned char> to_host(const void* d, std::size_t bytes) {
+  std::vector<unsigned char> h(bytes);
+  cuda_ok(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+constexpr std::size_t sizes[] = {1, 3, 1023, 4099, 300001};
+
+}  // namespace
+
+TEST_CASE("cuda::combine and cuda::divide match the host kernels bit for bit") {
+  for (dc::dtype t : dc::all_dtypes) {
+    const std::size_t es = dc::dtype_size(t);
+    for (std::size_t n : sizes) {
+      for (std::size_t shift : {std::size_t{0}, std::size_t{1}}) {  // one element off alignment
+        CAPTURE(dc::to_string(t));
+        CAPTURE(n);
+        CAPTURE(shift);
+        const auto a = values(t, n, 1);
+        const auto b = values(t, n, 2);
+        device_bytes da(a.size()), db(b.size()), dd(a.size());
+        cuda_ok(cudaMemcpy(da.at(shift * es), a.data(), a.size(), cudaMemcpyHostToDevice));
+        cuda_ok(cudaMemcpy(db.at(shift * es), b.data(), b.size(), cudaMemcpyHostToDevice));
+        for (dc::reduce_op op : dc::all_reduce_ops) {
+          CAPTURE(dc::to_string(op));
+          std::vector<unsigned char> want(a.size());
+          dc::combine(want.data(), a.data(), b.data(), n, t, op);
+          dc::cuda::combine(dd.at(shift * es), da.at(shift * es), db.at(shift * es), n, t, op,
+                            nullptr);
+          cuda_ok(cudaDeviceSynchronize());
+          CHECK(to_host(dd.at(shift * es), a.size()) == want);
+        }
+        for (std::size_t divisor :
+             {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{1} << 40}) {
+          CAPTURE(divisor);
+          std::vector<unsigned char> want(a.size());
+          dc::divide(want.data(), a.data(), n, t, divisor);
+          dc::cuda::divide(dd.at(shift * es), da.at(shift * es), n, t, divisor, nullptr);
+          cuda_ok(cudaDeviceSynchronize());
+          CHECK(to_host(dd.at(shift * es), a.size()) == want);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("batched pack and unpack move many tensors in one call, scaling on the way") {
+  for (dc::dtype t : dc::all_dtypes) {
+    CAPTURE(dc::to_string(t));
+    const std::size_t es = dc::dtype_size(t);
+    // More tensors than one launch carries, of odd sizes, at odd element offsets.
+    const std::size_t tensors = dc::cuda::max_segments_per_launch + 5;
+    std::vector<std::vector<unsigned char>> host;
+    std::vector<dc::cuda::copy_segment> segs;
+    std::size_t total = 0;
+    device_bytes pool(tensors * 2000 * es + tensors * es);
+    std::size_t pool_offset = es;
+    for (std::size_t i = 0; i < tensors; ++i) {
+      const std::size_t n = (i * 37) % 1999 + (i % 3 == 0 ? 0 : 1);  // some are empty
+      host.push_back(values(t, n, static_cast<int>(i)));
+      void* d = pool.at(pool_offset);
+      cuda_ok(cudaMemcpy(d, host.back().data(), n * es, cudaMemcpyHostToDevice));
+      segs.push_back({d, n, total});
+      total += n;
+      pool_offset += n * es + es;
+    }
+    device_bytes packed(total * es);
+    const double scale = dc::is_floating_point(t) ? 0.5 : 1.0;  // exact in every float type
+    dc::cuda::pack(segs.data(), segs.size(), packed.at(0), t, scale, nullptr);
+    cuda_ok(cudaDeviceSynchronize());
+    auto p = to_host(packed.at(0), total * es);
+    std::vector<unsigned char> want;
+    for (const auto& h : host) want.insert(want.end(), h.begin(), h.end());
+    if (scale != 1.0) {  // x * 0.5 == x / 2 exactly
+      dc::divide(want.data(), want.data(), total, t, 2);
+    }
+    CHECK(p == want);
+
+    // Unpack with the inverse scale restores every tensor exactly.
+    for (const auto& s : segs) cuda_ok(cudaMemset(s.data, 0, s.count * es));
+    dc::cuda::unpack(segs.data(), segs.size(), packed.at(0), t, 1.0 / scale, nullptr);
+    cuda_ok(cudaDeviceSynchronize());
+    for (std::size_t i = 0; i < tensors; ++i) {
+      CAPTURE(i);
+      CHECK(to_host(segs[i].data, segs[i].count * es) == host[i]);
+    }
+  }
+  dc::cuda::copy_segment s{nullptr, 0, 0};
+  CHECK_THROWS_AS(dc::cuda::pack(&s, 1, &s, dc::dtype::i32, 0.5, nullptr),
+                  dc::invalid_argument_error);
+}
+
+TEST_CASE("one-rank NCCL collectives, send/recv to self, and device fusion") {
+  dc::hash_store kv(std::chrono::seconds(30));
+  dc::nccl_backend b(kv, 0, 1, 0, std::chrono::seconds(60));
+  CHECK(b.size() == 1);
+  CHECK(b.rank() == 0);
+  const auto until = [] { return dc::deadline_after(std::chrono::seconds(60)); };
+  constexpr std::size_t n = 1001;
+  for (dc::dtype t : dc::all_dtypes) {
+    CAPTURE(dc::to_string(t));
+    const std::size_t es = dc::dtype_size(t);
+    const auto a = values(t, n, 5);
+    device_bytes din(n * es), dout(n * es);
+    cuda_ok(cudaMemcpy(din.at(es), a.data(), n * es, cudaMemcpyHostToDevice));
+    for (dc::reduce_op op : dc::all_reduce_ops) {
+      CAPTURE(dc::to_string(op));
+      cuda_ok(cudaMemset(dout.at(0), 0, n * es));
+      b.native_allreduce(din.at(es), dout.at(0), n, t, op, until());  // one rank: the identity
+      CHECK(to_host(dout.at(0), n * es) == a);
+      cuda_ok(cudaMemset(dout.at(0), 0, n * es));
+      b.native_reduce_scatter(din.at(es), dout.at(0), n, t, op, until());
+      CHECK(to_host(dout.at(0), n * es) == a);
+    }
+    cuda_ok(cudaMemset(dout.at(0), 0, n * es));
+    b.native_allgather(din.at(es), dout.at(0), n, t, until());
+    CHECK(to_host(dout.at(0), n * es) == a);
+    b.native_broadcast(din.at(es), n, t, 0, until());
+    CHECK(to_host(din.at(es), n * es) == a);
+
+    cuda_ok(cudaMemset(dout.at(0), 0, n * es));
+    auto r = b.irecv(dout.at(0), n * es, 0, 7);
+    auto s = b.isend(din.at(es), n * es, 0, 7);
+    r.wait(until());
+    s.wait(until());
+    CHECK(to_host(dout.at(0), n * es) == a);
+  }
+  b.native_barrier(until());
+
+  // Grouped allreduce of three f32 tensors through the device fusion buffer, pre-scaled by 0.5.
+  std::vector<float> x(100, 3.0f), y(7, -1.0f), z(4000, 8.0f);
+  device_bytes dx(x.size() * 4), dy(y.size() * 4), dz(z.size() * 4);
+  cuda_ok(cudaMemcpy(dx.at(0), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  cuda_ok(cudaMemcpy(dy.at(0), y.data(), y.size() * 4, cudaMemcpyHostToDevice));
+  cuda_ok(cudaMemcpy(dz.at(0), z.data(), z.size() * 4, cudaMemcpyHostToDevice));
+  const dc::tensor_view views[] = {dc::cuda_view(dx.at(0), x.size(), dc::dtype::f32, 0),
+                                   dc::cuda_view(dy.at(0), y.size(), dc::dtype::f32, 0),
+                                   dc::cuda_view(dz.at(0), z.size(), dc::dtype::f32, 0)};
+  dc::cuda::fusion_buffer fb(1024);  // x and y fuse; z (16000 bytes) runs in place
+  int runs = 0;
+  fb.allreduce(dc::span<const dc::tensor_view>(views, 3), dc::reduce_op::sum, b.stream(), 0.5, 1.0,
+               [&](const void* in, void* out, std::size_t count, dc::dtype t, dc::reduce_op op,
+                   cudaStream_t st) {
+                 ++runs;
+                 b.iallreduce(in, out, count, t, op, st).wait(until());
+               });
+  CHECK(runs == 2);
+  CHECK(fb.capacity() == (100 + 7) * 4);
+  std::vector<float> got(z.size());
+  cuda_ok(cudaMemcpy(got.data(), dx.at(0), x.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(got[0] == 1.5f);
+  CHECK(got[99] == 1.5f);
+  cuda_ok(cudaMemcpy(got.data(), dy.at(0), y.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(got[6] == -0.5f);
+  cuda_ok(cudaMemcpy(got.data(), dz.at(0), z.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(got[3999] == 4.0f);
+}
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    std::printf("SKIP: no CUDA device: %s\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
+    return 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
