@@ -26,6 +26,7 @@ class data_check {
   void fill_sentinel(void* buf, std::size_t count) const;
   // Elements of buf, holding result elements first .. first+count-1, that are wrong.
   std::int64_t wrong(const void* buf, std::size_t first, std::size_t count) const;
+  dtype type() const noexcept { return type_; }
 
  private:
   collective coll_;

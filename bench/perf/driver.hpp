@@ -1,6 +1,7 @@
-// The one driver behind every distcomm-bench-<backend> executable: a template over the backend.
-// Each rank runs run(backend, options, env); only how the backend is made differs between the
-// executables (perf/main_*.cpp).
+// The one driver behind every distcomm-bench-<backend> executable: a template over the
+// communicator and the kind of buffer it moves. Each rank runs run(backend, options, env); only how
+// the backend is made differs between the executables (perf/main_*.cpp). Device-memory backends
+// bring their own communicator-like surface and buffer (perf/nccl_comm.hpp).
 //
 // Method, per size (as nccl-tests' all_reduce_perf, except where noted):
 //  * warm-up: -w collectives of every column at the largest and the smallest size, once;
@@ -51,7 +52,9 @@ struct process_env {
   peer_world peer;  // for --peer
 };
 
-// Zeroed host memory aligned to a page, as the peers harness allocates it.
+// Zeroed host memory aligned to a page, as the peers harness allocates it. The runner reaches a
+// buffer's contents only through zero / fill_input / fill_sentinel / wrong, so a device buffer
+// (perf/nccl_comm.hpp) can stage them through host memory; pointers passed lie inside the buffer.
 class host_buffer {
  public:
   host_buffer() = default;
@@ -63,6 +66,21 @@ class host_buffer {
   }
   unsigned char* get() const noexcept { return data_.get(); }
 
+  static tensor_view view(void* data, std::size_t count, dtype t) {
+    return tensor_view{data, count, t};
+  }
+  static void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+  static void fill_input(const data_check& dc, void* p, std::size_t first, std::size_t count) {
+    dc.fill_input(p, first, count);
+  }
+  static void fill_sentinel(const data_check& dc, void* p, std::size_t count) {
+    dc.fill_sentinel(p, count);
+  }
+  static std::int64_t wrong(const data_check& dc, const void* p, std::size_t first,
+                            std::size_t count) {
+    return dc.wrong(p, first, count);
+  }
+
  private:
   static constexpr std::size_t align = 4096;
   struct free_deleter {
@@ -71,10 +89,17 @@ class host_buffer {
   std::unique_ptr<unsigned char, free_deleter> data_;
 };
 
-template <class Backend, class Strategy>
+// Comm: distcomm::communicator or a type with the same members the runner calls (rank, size,
+// settings, allreduce, reduce_scatter, allgather, broadcast, barrier, backend_type, strategy_type);
+// its collectives take this runner's Buffer views and host views (control data) alike.
+template <class Comm, class Buffer = host_buffer>
 class runner {
+  using Backend = typename Comm::backend_type;
+  using Strategy = typename Comm::strategy_type;
+
  public:
-  runner(Backend backend, const options& o, const process_env& env)
+  template <class B>
+  runner(B backend, const options& o, const process_env& env)
       : comm_(std::move(backend)), o_(o), env_(env) {}
 
   // Returns the exit code: 0, or 1 when a check found wrong elements (on every rank alike).
@@ -121,7 +146,7 @@ class runner {
   };
   using variants = std::array<variant, columns>;
 
-  tensor_view tv(void* data, std::size_t count) const { return tensor_view{data, count, o_.type}; }
+  tensor_view tv(void* data, std::size_t count) const { return Buffer::view(data, count, o_.type); }
   std::size_t es() const { return dtype_size(o_.type); }
 
   std::vector<std::string> gather_devices() {
@@ -188,10 +213,10 @@ class runner {
         oop.ran = o_.fusion_tensors == 1;  // the grouped allreduce is in place only
         oop.run = [=] { comm_.allreduce(tv(send, n), tv(recv, n), op); };
         oop.fill = [=] {
-          dc.fill_input(send, 0, n);
-          dc.fill_sentinel(recv, n);
+          send_.fill_input(dc, send, 0, n);
+          recv_.fill_sentinel(dc, recv, n);
         };
-        oop.wrong = [=] { return dc.wrong(recv, 0, n); };
+        oop.wrong = [=] { return recv_.wrong(dc, recv, 0, n); };
         ip.ran = true;
         if (o_.fusion_tensors == 1) {
           ip.run = [=] { comm_.allreduce(tv(recv, n), op); };
@@ -203,8 +228,8 @@ class runner {
           }
           ip.run = [=] { comm_.allreduce(span<const tensor_view>(tensors_), op); };
         }
-        ip.fill = [=] { dc.fill_input(recv, 0, n); };
-        ip.wrong = [=] { return dc.wrong(recv, 0, n); };
+        ip.fill = [=] { recv_.fill_input(dc, recv, 0, n); };
+        ip.wrong = [=] { return recv_.wrong(dc, recv, 0, n); };
         if (peer_) {
           variant& pv = v[peer_column];
           pv.ran = true;
@@ -217,42 +242,42 @@ class runner {
         oop.ran = ip.ran = true;
         oop.run = [=] { comm_.reduce_scatter(tv(send, np), tv(recv, n), op); };
         oop.fill = [=] {
-          dc.fill_input(send, 0, np);
-          dc.fill_sentinel(recv, n);
+          send_.fill_input(dc, send, 0, np);
+          recv_.fill_sentinel(dc, recv, n);
         };
-        oop.wrong = [=] { return dc.wrong(recv, static_cast<std::size_t>(r) * n, n); };
+        oop.wrong = [=] { return recv_.wrong(dc, recv, static_cast<std::size_t>(r) * n, n); };
         ip.run = [=] { comm_.reduce_scatter(tv(recv, np), tv(mine, n), op); };
-        ip.fill = [=] { dc.fill_input(recv, 0, np); };
-        ip.wrong = [=] { return dc.wrong(mine, static_cast<std::size_t>(r) * n, n); };
+        ip.fill = [=] { recv_.fill_input(dc, recv, 0, np); };
+        ip.wrong = [=] { return recv_.wrong(dc, mine, static_cast<std::size_t>(r) * n, n); };
         break;
       case collective::allgather:
         oop.ran = ip.ran = true;
         oop.run = [=] { comm_.allgather(tv(send, n), tv(recv, np)); };
         oop.fill = [=] {
-          dc.fill_input(send, 0, n);
-          dc.fill_sentinel(recv, np);
+          send_.fill_input(dc, send, 0, n);
+          recv_.fill_sentinel(dc, recv, np);
         };
-        oop.wrong = [=] { return dc.wrong(recv, 0, np); };
+        oop.wrong = [=] { return recv_.wrong(dc, recv, 0, np); };
         ip.run = [=] { comm_.allgather(tv(mine, n), tv(recv, np)); };
         ip.fill = [=] {
-          dc.fill_sentinel(recv, np);
-          dc.fill_input(mine, 0, n);
+          recv_.fill_sentinel(dc, recv, np);
+          recv_.fill_input(dc, mine, 0, n);
         };
         ip.wrong = oop.wrong;
         break;
       case collective::broadcast:
         ip.ran = true;  // DistComm's broadcast is in place only
         ip.run = [=] { comm_.broadcast(tv(recv, n), o_.root); };
-        ip.fill = [=] { dc.fill_input(recv, 0, n); };
-        ip.wrong = [=] { return dc.wrong(recv, 0, n); };
+        ip.fill = [=] { recv_.fill_input(dc, recv, 0, n); };
+        ip.wrong = [=] { return recv_.wrong(dc, recv, 0, n); };
         break;
     }
     return v;
   }
 
   void sweep() {
-    send_ = host_buffer(o_.max_bytes);
-    recv_ = host_buffer(o_.max_bytes);
+    send_ = Buffer(o_.max_bytes);
+    recv_ = Buffer(o_.max_bytes);
     for (std::size_t size : {o_.max_bytes, o_.min_bytes}) {
       const variants v = make_variants(shape_of(size));
       for (int w = 0; w < o_.warmup_iters; ++w) {
@@ -265,8 +290,8 @@ class runner {
     for (int cycle = 0; o_.run_cycles == 0 || cycle < o_.run_cycles; ++cycle) {
       for (std::size_t size : sizes) {
         const shape s = shape_of(size);
-        std::memset(send_.get(), 0, s.send * es());
-        std::memset(recv_.get(), 0, s.recv * es());
+        send_.zero(send_.get(), s.send * es());
+        recv_.zero(recv_.get(), s.recv * es());
         const variants v = make_variants(s);
         const std::array<measurement, columns> m = measure(v);
         if (report_) {
@@ -370,8 +395,8 @@ class runner {
       total += c;
       bytes += (c * es() + 63) / 64 * 64;
     }
-    send_ = host_buffer(bytes);
-    recv_ = host_buffer(total * es());
+    send_ = Buffer(bytes);
+    recv_ = Buffer(total * es());
     unsigned char* grads = send_.get();
     unsigned char* flat = recv_.get();
     std::vector<tensor_view> views;
@@ -391,13 +416,13 @@ class runner {
 
     const auto fill_set = [=] {
       for (std::size_t k = 0; k < views.size(); ++k) {
-        dc.fill_input(views[k].data, offsets[k], views[k].count);
+        send_.fill_input(dc, views[k].data, offsets[k], views[k].count);
       }
     };
     const auto wrong_set = [=] {
       std::int64_t w = 0;
       for (std::size_t k = 0; k < views.size(); ++k) {
-        w += dc.wrong(views[k].data, offsets[k], views[k].count);
+        w += send_.wrong(dc, views[k].data, offsets[k], views[k].count);
       }
       return w;
     };
@@ -414,8 +439,8 @@ class runner {
     modes[0].fill = modes[1].fill = fill_set;
     modes[0].wrong = modes[1].wrong = wrong_set;
     modes[2].run = [=] { comm_.allreduce(tv(flat, total), op); };
-    modes[2].fill = [=] { dc.fill_input(flat, 0, total); };
-    modes[2].wrong = [=] { return dc.wrong(flat, 0, total); };
+    modes[2].fill = [=] { recv_.fill_input(dc, flat, 0, total); };
+    modes[2].wrong = [=] { return recv_.wrong(dc, flat, 0, total); };
     modes[3].ran = peer_ != nullptr;
     if (peer_) {
       modes[3].run = [=] { peer_->allreduce(flat, total, o_.type, op); };
@@ -427,8 +452,8 @@ class runner {
         if (m.ran) m.run();
       }
     }
-    std::memset(grads, 0, bytes);
-    std::memset(flat, 0, total * es());
+    send_.zero(grads, bytes);
+    recv_.zero(flat, total * es());
     const std::array<measurement, 4> m = measure(modes);
     if (report_) {
       report_->profile_header(o_.profile_file, counts.size(), total);
@@ -441,12 +466,12 @@ class runner {
     }
   }
 
-  communicator<Backend, Strategy> comm_;
+  Comm comm_;
   const options& o_;
   const process_env& env_;
   std::unique_ptr<peer> peer_;
   std::optional<report> report_;
-  host_buffer send_, recv_;
+  Buffer send_, recv_;
   std::vector<tensor_view> tensors_;  // --fusion-tensors views of recv_
   int errors_ = 0;
 };
@@ -472,21 +497,21 @@ int run(Backend backend, const options& o, const process_env& env) {
   namespace st = strategy;
   switch (o.strategy) {
     case strategy_kind::ring:
-      return runner<Backend, st::ring>(std::move(backend), o, env).run();
+      return runner<communicator<Backend, st::ring>>(std::move(backend), o, env).run();
     case strategy_kind::tree:
-      return runner<Backend, st::tree>(std::move(backend), o, env).run();
+      return runner<communicator<Backend, st::tree>>(std::move(backend), o, env).run();
     case strategy_kind::ps:
-      return runner<Backend, st::parameter_server>(std::move(backend), o, env).run();
+      return runner<communicator<Backend, st::parameter_server>>(std::move(backend), o, env).run();
     case strategy_kind::native:
       if constexpr (has_native_allreduce_v<Backend>) {
-        return runner<Backend, st::native>(std::move(backend), o, env).run();
+        return runner<communicator<Backend, st::native>>(std::move(backend), o, env).run();
       } else {
         no_native(Backend::name);
       }
     case strategy_kind::automatic:
       break;
   }
-  return runner<Backend, st::automatic>(std::move(backend), o, env).run();
+  return runner<communicator<Backend, st::automatic>>(std::move(backend), o, env).run();
 }
 
 // main()'s frame: a usage error (invalid_argument_error) exits 2, any other failure 1.

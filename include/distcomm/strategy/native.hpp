@@ -1,15 +1,26 @@
 // strategy::native: the backend's own collectives (MPI_Allreduce, gloo::allreduce, NCCL, the
 // local backend's shared-memory reduction). Using it with a backend that has no native allreduce
-// is a compile error. Collectives the backend lacks fall back to the point-to-point algorithms.
+// is a compile error. Collectives the backend lacks fall back to the point-to-point algorithms,
+// which work on host memory: on a backend whose buffers are device memory (moves_device_memory)
+// a fallback is refused instead.
 #pragma once
 
 #include <string>
+#include <type_traits>
 
 #include "distcomm/backend.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/strategy/base.hpp"
 
 namespace distcomm::strategy {
+
+namespace detail {
+// True when B declares `static constexpr bool moves_device_memory = true` (the NCCL backend).
+template <class B, class = void>
+struct moves_device_memory : std::false_type {};
+template <class B>
+struct moves_device_memory<B, std::enable_if_t<B::moves_device_memory>> : std::true_type {};
+}  // namespace detail
 
 class native {
  public:
@@ -38,14 +49,27 @@ class native {
       if (!fallback_.deterministic() || distcomm::detail::native_is_deterministic<B>::value) {
         return b.native_reduce_scatter(in, out, recv_count, t, op, until);
       }
+      if constexpr (detail::moves_device_memory<B>::value) {
+        // The rank-ordered fallback would combine device pointers on the host.
+        throw invalid_argument_error(std::string("strategy native: backend '") + B::name +
+                                     "' moves device memory and does not reduce in rank order, "
+                                     "so DISTCOMM_DETERMINISTIC=1 is not available on it; unset "
+                                     "it for this backend");
+      }
     }
-    fallback_.reduce_scatter(b, in, out, recv_count, t, op, until);
+    if constexpr (detail::moves_device_memory<B>::value) {
+      host_fallback_refused<B>("reduce_scatter");
+    } else {
+      fallback_.reduce_scatter(b, in, out, recv_count, t, op, until);
+    }
   }
 
   template <class B>
   void allgather(B& b, const void* in, void* out, std::size_t send_count, dtype t, deadline until) {
     if constexpr (distcomm::detail::has_native_allgather<B>::value) {
       b.native_allgather(in, out, send_count, t, until);
+    } else if constexpr (detail::moves_device_memory<B>::value) {
+      host_fallback_refused<B>("allgather");
     } else {
       fallback_.allgather(b, in, out, send_count, t, until);
     }
@@ -55,6 +79,8 @@ class native {
   void broadcast(B& b, void* data, std::size_t count, dtype t, int root, deadline until) {
     if constexpr (distcomm::detail::has_native_broadcast<B>::value) {
       b.native_broadcast(data, count, t, root, until);
+    } else if constexpr (detail::moves_device_memory<B>::value) {
+      host_fallback_refused<B>("broadcast");
     } else {
       fallback_.broadcast(b, data, count, t, root, until);
     }
@@ -70,6 +96,16 @@ class native {
   }
 
  private:
+  // A device-memory backend without this native collective: the point-to-point fallback would
+  // memcpy and combine device pointers on the host.
+  template <class B>
+  [[noreturn]] static void host_fallback_refused(const char* collective) {
+    throw invalid_argument_error(std::string("strategy native: backend '") + B::name +
+                                 "' has no native " + collective +
+                                 " and moves device memory, which the point-to-point fallback "
+                                 "cannot reduce or copy");
+  }
+
   p2p_base fallback_;
 };
 

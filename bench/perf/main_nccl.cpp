@@ -1,0 +1,67 @@
+// distcomm-bench-nccl: the sweep on the NCCL backend with CUDA device buffers, one GPU per rank
+// (local rank modulo the visible devices), bootstrapped through DistComm's store.
+//   distcomm-run -np 2 distcomm-bench-nccl -b 8 -e 128M -f 2
+// The collectives are the backend's native ones (--strategy native; auto means the same here).
+// Without a CUDA device it says why and exits 77.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <string>
+
+#include "distcomm/backends/nccl.hpp"
+#include "distcomm/config.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
+#include "driver.hpp"
+#include "nccl_comm.hpp"
+
+namespace {
+
+// The options the device runner does not offer yet, refused before anything connects.
+void precheck_nccl(const distcomm::bench::options& o) {
+  namespace db = distcomm::bench;
+  if (o.strategy != db::strategy_kind::native && o.strategy != db::strategy_kind::automatic) {
+    throw distcomm::invalid_argument_error(
+        std::string("--strategy ") + db::to_string(o.strategy) +
+        ": the NCCL benchmark runs NCCL's own collectives only (--strategy native); the "
+        "point-to-point strategies do not take device buffers yet");
+  }
+  if (!o.peer.empty()) {
+    throw distcomm::invalid_argument_error("--peer " + o.peer +
+                                           ": the peers reduce host memory; the NCCL benchmark "
+                                           "moves device buffers and has no peer");
+  }
+  if (!o.profile_file.empty()) {
+    throw distcomm::invalid_argument_error(
+        "--profile: not available on the NCCL benchmark yet; use --fusion-tensors K for the "
+        "grouped allreduce through the device fusion buffer");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace db = distcomm::bench;
+  namespace dc = distcomm;
+  const char* program = "distcomm-bench-nccl";
+  db::options o;
+  if (const int rc = db::parse_options(argc, argv, {program, false}, o); rc >= 0) return rc;
+  return db::guarded_main(program, [&] {
+    precheck_nccl(o);
+    int devices = 0;
+    const cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices == 0) {
+      std::fprintf(stderr, "%s: no CUDA device: %s (one GPU per rank is needed)\n", program,
+                   e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
+      return 77;
+    }
+    const dc::config cfg = dc::config::from_env();
+    const dc::world_info w = dc::detect_world();
+    const int device = w.local_rank % devices;
+    db::cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    db::process_env env;
+    env.program = program;
+    dc::job j = dc::bootstrap(cfg);
+    dc::nccl_backend b(j, device, cfg.timeout);
+    return db::runner<db::nccl_comm, db::device_buffer>(std::move(b), o, env).run();
+  });
+}
