@@ -116,3 +116,63 @@ TEST_CASE("deterministic automatic never picks a native that is not rank-ordered
   dc::strategy::automatic b(c);
   CHECK(b.choose<unordered_native>(100) == dc::algorithm::native);
 }
+
+namespace {
+
+// Stands for a backend whose buffers are device memory (as NCCL's): the strategies' host paths
+// must never run on it. Its own collectives record that they were used.
+class device_like {
+ public:
+  using request = dc::local_request;
+  static constexpr const char* name = "device-like";
+  static constexpr bool moves_device_memory = true;
+  static constexpr const char* default_algo = "ring:0-max";  // must be ignored
+  int rank() const { return 0; }
+  int size() const { return 2; }
+  [[nodiscard]] request isend(const void*, std::size_t, int, dc::tag_t) {
+    FAIL("a host point-to-point path ran on device memory");
+    return {};
+  }
+  [[nodiscard]] request irecv(void*, std::size_t, int, dc::tag_t) {
+    FAIL("a host point-to-point path ran on device memory");
+    return {};
+  }
+  void abort(const std::string&) noexcept {}
+  void native_allreduce(const void*, void*, std::size_t, dc::dtype, dc::reduce_op, dc::deadline) {
+    ++native_calls;
+  }
+  void native_reduce_scatter(const void*, void*, std::size_t, dc::dtype, dc::reduce_op,
+                             dc::deadline) {
+    ++native_calls;
+  }
+  int native_calls = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a device-memory backend: only its own collectives, never deterministic mode") {
+  dc::config c;
+  dc::strategy::automatic a(c);
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{4096}, std::size_t{1} << 30})
+    CHECK(a.choose<device_like>(bytes) == dc::algorithm::native);
+
+  device_like b;
+  float x[4] = {};
+  const auto until = dc::deadline_after(std::chrono::seconds(5));
+  dc::strategy::native n(c);
+  n.allreduce(b, x, x, 4, dc::dtype::f32, dc::reduce_op::sum, until);
+  n.reduce_scatter(b, x, x, 2, dc::dtype::f32, dc::reduce_op::sum, until);
+  CHECK(b.native_calls == 2);
+
+  dc::config det = c;
+  det.deterministic = true;
+  dc::strategy::automatic ad(det);
+  CHECK_THROWS_WITH_AS(ad.choose<device_like>(4096),
+                       doctest::Contains("DISTCOMM_DETERMINISTIC=1 is not available"),
+                       dc::invalid_argument_error);
+  dc::strategy::native nd(det);
+  CHECK_THROWS_WITH_AS(nd.reduce_scatter(b, x, x, 2, dc::dtype::f32, dc::reduce_op::sum, until),
+                       doctest::Contains("DISTCOMM_DETERMINISTIC=1 is not available"),
+                       dc::invalid_argument_error);
+  CHECK(b.native_calls == 2);
+}

@@ -45,6 +45,16 @@ class automatic : public p2p_base {
   // The algorithm this strategy uses for a buffer of `bytes` on backend B.
   template <class B>
   algorithm choose(std::size_t bytes) {
+    if constexpr (strategy::detail::moves_device_memory<B>::value) {
+      // ring, tree and parameter_server reduce on the host: on device memory only the backend's
+      // own collectives apply, whatever the table says.
+      if (deterministic_ && !distcomm::detail::native_is_deterministic<B>::value) {
+        throw invalid_argument_error(std::string("strategy automatic: backend '") + B::name +
+                                     "' moves device memory and does not reduce in rank order, "
+                                     "so DISTCOMM_DETERMINISTIC=1 is not available on it");
+      }
+      return algorithm::native;
+    }
     algorithm a = table<B>().pick(bytes, algorithm::ring);
     if (a == algorithm::native && deterministic_ &&
         !distcomm::detail::native_is_deterministic<B>::value) {
