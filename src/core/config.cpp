@@ -18,6 +18,9 @@ const std::vector<setting_info> setting_rows = {
      "Seconds any collective may wait for a peer before failing with timeout_error."},
     {"DISTCOMM_FUSION_THRESHOLD", "64M",
      "Tensor Fusion buffer size in bytes (K/M/G suffixes); 0 disables fusion."},
+    {"DISTCOMM_FUSION_CUTOFF", "1M",
+     "Tensors of at least this many bytes are reduced in place instead of being copied into the "
+     "fusion buffer; 0 packs every tensor below the threshold."},
     {"DISTCOMM_SEGMENT_SIZE", "256K",
      "Pipelining segment of the ring, tree and parameter-server strategies, in bytes."},
     {"DISTCOMM_PS_SERVERS", "1",
@@ -115,6 +118,7 @@ config config::from_env(const env_lookup& getenv) {
   if (get("DISTCOMM_FUSION_THRESHOLD", v)) {
     c.fusion_threshold = parse_bytes(v, "DISTCOMM_FUSION_THRESHOLD");
   }
+  if (get("DISTCOMM_FUSION_CUTOFF", v)) c.fusion_cutoff = parse_bytes(v, "DISTCOMM_FUSION_CUTOFF");
   if (get("DISTCOMM_SEGMENT_SIZE", v)) {
     c.segment_bytes = parse_bytes(v, "DISTCOMM_SEGMENT_SIZE");
     if (c.segment_bytes < 64 || c.segment_bytes > (std::size_t{1} << 30)) {
@@ -154,6 +158,7 @@ std::string config::to_string() const {
   std::ostringstream os;
   os << "DISTCOMM_TIMEOUT=" << timeout.count() << '\n'
      << "DISTCOMM_FUSION_THRESHOLD=" << format_bytes(fusion_threshold) << '\n'
+     << "DISTCOMM_FUSION_CUTOFF=" << format_bytes(fusion_cutoff) << '\n'
      << "DISTCOMM_SEGMENT_SIZE=" << format_bytes(segment_bytes) << '\n'
      << "DISTCOMM_PS_SERVERS=" << ps_servers << '\n'
      << "DISTCOMM_ALGO=" << (algo.empty() ? std::string("(built-in)") : algo.to_string()) << '\n'

@@ -56,6 +56,7 @@ TEST_CASE("config: defaults when no variable is set") {
   });
   CHECK(c.timeout.count() == 300.0);
   CHECK(c.fusion_threshold == (std::size_t{64} << 20));
+  CHECK(c.fusion_cutoff == (std::size_t{1} << 20));
   CHECK(c.segment_bytes == (std::size_t{256} << 10));
   CHECK(c.ps_servers == 1);
   CHECK(c.algo.empty());
@@ -90,6 +91,8 @@ TEST_CASE("config: every variable is parsed") {
     CHECK(from({{"DISTCOMM_FUSION_THRESHOLD", "32m"}}).fusion_threshold == (std::size_t{32} << 20));
     CHECK(from({{"DISTCOMM_FUSION_THRESHOLD", "2G"}}).fusion_threshold == (std::size_t{2} << 30));
     CHECK(from({{"DISTCOMM_FUSION_THRESHOLD", "8KiB"}}).fusion_threshold == 8192);
+    CHECK(from({{"DISTCOMM_FUSION_CUTOFF", "0"}}).fusion_cutoff == 0);
+    CHECK(from({{"DISTCOMM_FUSION_CUTOFF", "256K"}}).fusion_cutoff == (std::size_t{256} << 10));
     // `max`: one unbounded fusion buffer (every tensor of a dtype in one collective).
     CHECK(from({{"DISTCOMM_FUSION_THRESHOLD", "max"}}).fusion_threshold == unbounded);
   }
@@ -146,6 +149,8 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_FUSION_THRESHOLD", "lots"},
       {"DISTCOMM_FUSION_THRESHOLD", "-1"},
       {"DISTCOMM_FUSION_THRESHOLD", "64Q"},
+      {"DISTCOMM_FUSION_CUTOFF", "lots"},
+      {"DISTCOMM_FUSION_CUTOFF", "-1"},
       {"DISTCOMM_FUSION_THRESHOLD", "1.5M"},
       {"DISTCOMM_FUSION_THRESHOLD", "99999999999999999999"},
       {"DISTCOMM_SEGMENT_SIZE", "big"},

@@ -1,5 +1,6 @@
-// Tensor Fusion (fusion::buffer): packing rules, results equal to unfused allreduces, buffer
-// reuse, avg, and bitwise-identical results in deterministic mode across strategies and thresholds.
+// Tensor Fusion (fusion::buffer): packing rules, the in-place cutoff, results equal to unfused
+// allreduces, buffer reuse, avg, and bitwise-identical results in deterministic mode across
+// strategies, thresholds and cutoffs.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -190,7 +191,7 @@ struct variant {
   std::function<outcome(reduce_op)> run;
 };
 
-// Strategy S with fusion::none and with fusion::buffer at several thresholds.
+// Strategy S with fusion::none and with fusion::buffer at several thresholds and one cutoff.
 template <class S>
 void add_variants(std::vector<variant>& out, const std::string& name, const config& c, int p,
                   const std::vector<spec>& specs) {
@@ -205,6 +206,11 @@ void add_variants(std::vector<variant>& out, const std::string& name, const conf
                      return run_grouped<S, fusion::buffer>(p, ct, specs, op, random_value);
                    }});
   }
+  config cut = c;  // tensors of 1 KiB and more in place, the rest packed
+  cut.fusion_cutoff = 1024;
+  out.push_back({name + "/buffer cutoff 1K", [=, &specs](reduce_op op) {
+                   return run_grouped<S, fusion::buffer>(p, cut, specs, op, random_value);
+                 }});
 }
 
 }  // namespace
@@ -421,4 +427,152 @@ TEST_CASE("fusion: deterministic mode gives the same bits for every strategy and
     differing += ring_fast.data[0][k] == ordered.data[0][k] ? 0 : 1;
   }
   CHECK(differing > 0);
+}
+
+// ---- the in-place cutoff --------------------------------------------------------------------
+
+namespace {
+
+// One call of the run function, as fusion::buffer makes it.
+struct call {
+  const void* data;
+  std::size_t bytes;
+  dtype type;
+};
+
+bool is_user(const std::vector<tensor_view>& views, const void* data) {
+  return std::any_of(views.begin(), views.end(),
+                     [&](const tensor_view& v) { return v.data == data; });
+}
+
+std::vector<call> calls_of(fusion::buffer& fb, const std::vector<tensor_view>& views) {
+  std::vector<call> calls;
+  fb.allreduce(views, reduce_op::sum,
+               [&](const void* in, void* out, std::size_t count, dtype t, reduce_op) {
+                 CHECK(in == out);
+                 calls.push_back({out, count * dtype_size(t), t});
+               });
+  return calls;
+}
+
+}  // namespace
+
+TEST_CASE("fusion::buffer reduces tensors at or above the cutoff in place and packs the rest") {
+  // f32 tensors just below, at and just above a 4 KiB cutoff, interleaved with small tensors
+  // (as a model interleaves biases with weights), and one f64 tensor at the cutoff.
+  const std::vector<spec> specs = {{dtype::f32, 10},   {dtype::f32, 1023}, {dtype::f32, 3},
+                                   {dtype::f32, 1024}, {dtype::f32, 5},    {dtype::f32, 1025},
+                                   {dtype::f64, 512},  {dtype::f32, 7},    {dtype::f64, 9}};
+  rank_data d = make_data(specs, 0, int_value);
+  const std::vector<tensor_view> views = views_of(d, specs);
+  fusion::buffer fb(std::size_t{64} << 20, 4096);
+  CHECK(fb.cutoff() == 4096);
+  CHECK_FALSE(fb.in_place(4095));
+  CHECK(fb.in_place(4096));
+
+  const std::vector<call> calls = calls_of(fb, views);
+  // f32: the two tensors at or above the cutoff in call order, then one buffer of the other
+  // four (the large tensors do not split it); f64: the tensor at the cutoff, then the small
+  // one alone, unpacked.
+  REQUIRE(calls.size() == 5);
+  CHECK(calls[0].data == views[3].data);
+  CHECK(calls[0].bytes == 4096);
+  CHECK(calls[1].data == views[5].data);
+  CHECK(calls[1].bytes == 4100);
+  CHECK_FALSE(is_user(views, calls[2].data));
+  CHECK(calls[2].bytes == (10 + 1023 + 3 + 5 + 7) * 4);
+  CHECK(calls[2].type == dtype::f32);
+  CHECK(calls[3].data == views[6].data);
+  CHECK(calls[3].type == dtype::f64);
+  CHECK(calls[4].data == views[8].data);
+  CHECK(fb.capacity() == (10 + 1023 + 3 + 5 + 7) * 4);  // only the small tensors are copied
+
+  // Cutoff 0: every tensor below the threshold is packed, as before the cutoff existed.
+  fusion::buffer all_packed(std::size_t{64} << 20, 0);
+  CHECK_FALSE(all_packed.in_place((std::size_t{64} << 20) - 1));
+  const std::vector<call> packed = calls_of(all_packed, views);
+  REQUIRE(packed.size() == 2);
+  CHECK(packed[0].bytes == (10 + 1023 + 3 + 1024 + 5 + 1025 + 7) * 4);
+  CHECK(packed[1].bytes == (512 + 9) * 8);
+
+  // A threshold below the cutoff still bounds the buffer and sends larger tensors in place.
+  fusion::buffer small_buffer(1024, 4096);
+  CHECK(small_buffer.in_place(1024));
+  CHECK_FALSE(small_buffer.in_place(1023));
+  for (const call& c : calls_of(small_buffer, views)) {
+    if (!is_user(views, c.data)) CHECK(c.bytes <= 1024);
+  }
+  CHECK(small_buffer.capacity() <= 1024);
+
+  // Threshold 0 still disables fusion, whatever the cutoff.
+  fusion::buffer off(0, 4096);
+  CHECK(calls_of(off, views).size() == views.size());
+  CHECK(off.capacity() == 0);
+}
+
+TEST_CASE("fusion: results at the cutoff boundary equal the expected sums and the unfused ones") {
+  // Tensors one element below, at and above a 1 KiB cutoff in every dtype, between small ones.
+  std::vector<spec> specs;
+  for (dtype t : all_dtypes) {
+    const std::size_t at = 1024 / dtype_size(t);
+    for (std::size_t count : {std::size_t{3}, at - 1, at, std::size_t{1}, at + 1, std::size_t{0}}) {
+      specs.push_back({t, count});
+    }
+  }
+  const int p = 3;
+  const outcome unfused = run_grouped<strategy::automatic, fusion::none>(p, base_config(), specs,
+                                                                         reduce_op::sum, int_value);
+  for (std::size_t cutoff : {std::size_t{0}, std::size_t{1024}, std::size_t{1025}}) {
+    CAPTURE(cutoff);
+    config c = base_config();
+    c.fusion_cutoff = cutoff;
+    for (reduce_op op : {reduce_op::sum, reduce_op::avg}) {
+      CAPTURE(to_string(op));
+      const outcome fused =
+          run_grouped<strategy::automatic, fusion::buffer>(p, c, specs, op, int_value, /*calls=*/2);
+      const outcome single =
+          run_grouped<strategy::automatic, fusion::none>(p, c, specs, op, int_value);
+      for (std::size_t k = 0; k < specs.size(); ++k) {
+        CAPTURE(k);
+        CAPTURE(to_string(specs[k].type));
+        CAPTURE(specs[k].count);
+        for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) {
+          CAPTURE(r);
+          CHECK(fused.data[r][k] == single.data[r][k]);
+          if (op == reduce_op::sum) {
+            CHECK(fused.data[r][k] == expected_int(specs[k], k, p, op));
+            CHECK(unfused.data[r][k] == fused.data[r][k]);
+          }
+        }
+      }
+      // Only the tensors below the cutoff were copied: per dtype, 3 + 1 elements plus the
+      // tensor one below 1 KiB, and the one at 1 KiB too when the cutoff is above it.
+      std::size_t packed_max = 0;
+      for (dtype t : all_dtypes) {
+        const std::size_t at = 1024 / dtype_size(t);
+        std::size_t group = (3 + 1 + at - 1) * dtype_size(t);
+        if (cutoff == 1025) group += at * dtype_size(t);
+        if (cutoff == 0) group += (at + at + 1) * dtype_size(t);
+        packed_max = std::max(packed_max, group);
+      }
+      for (const auto& caps : fused.capacity) {
+        REQUIRE(caps.size() == 2);
+        CHECK(caps[0] == packed_max);
+        CHECK(caps[1] == caps[0]);
+      }
+    }
+  }
+}
+
+TEST_CASE("fusion: DISTCOMM_FUSION_CUTOFF reaches fusion::buffer") {
+  const auto with = [](const char* value) {
+    return config::from_env([=](const char* name) -> const char* {
+      return std::string(name) == "DISTCOMM_FUSION_CUTOFF" ? value : nullptr;
+    });
+  };
+  CHECK(fusion::buffer(config{}).cutoff() == (std::size_t{1} << 20));
+  CHECK(fusion::buffer(with("256K")).cutoff() == (std::size_t{256} << 10));
+  CHECK(fusion::buffer(with("0")).cutoff() == 0);
+  CHECK(with("4M").to_string().find("DISTCOMM_FUSION_CUTOFF=4M\n") != std::string::npos);
+  CHECK_THROWS_AS(with("lots"), invalid_argument_error);
 }

@@ -1,9 +1,9 @@
-// fusion::buffer: Tensor Fusion. The tensors of a grouped allreduce are grouped by dtype (in
+// fusion::buffer: Tensor Fusion. The small tensors of a grouped allreduce are grouped by dtype (in
 // dtype order, then call order) and packed into one reused buffer of up to `threshold` bytes
 // (DISTCOMM_FUSION_THRESHOLD, default 64 MiB); one collective runs per buffer, then the results
-// are copied back. A tensor at least as large as the threshold runs in place, unpacked; threshold
-// 0 disables fusion. avg needs no extra pass here: the strategy divides each reduced segment
-// while it is still in cache.
+// are copied back. A tensor of at least `cutoff` bytes (DISTCOMM_FUSION_CUTOFF, default 1 MiB) or
+// at least the threshold runs in place, unpacked. Threshold 0 disables fusion. avg needs no extra
+// pass here: the strategy divides each reduced segment while it is still in cache.
 #pragma once
 
 #include <cstring>
@@ -20,12 +20,23 @@ namespace distcomm::fusion {
 class buffer {
  public:
   static constexpr const char* name = "buffer";
-  explicit buffer(const config& c) : threshold_(c.fusion_threshold) {}
-  explicit buffer(std::size_t threshold_bytes) : threshold_(threshold_bytes) {}
+  explicit buffer(const config& c) : buffer(c.fusion_threshold, c.fusion_cutoff) {}
+  explicit buffer(std::size_t threshold_bytes, std::size_t cutoff_bytes = config{}.fusion_cutoff)
+      : threshold_(threshold_bytes), cutoff_(cutoff_bytes) {}
 
   std::size_t threshold() const noexcept { return threshold_; }
+  std::size_t cutoff() const noexcept { return cutoff_; }
   // Bytes currently held for packing (grows to at most the threshold, then is reused).
   std::size_t capacity() const noexcept { return storage_.capacity(); }
+
+  // Whether a tensor of `bytes` bytes is reduced in place rather than packed. Packing costs a
+  // copy in and a copy out, 2n bytes at memory bandwidth; a call of its own costs one
+  // collective's latency. Past the cutoff the copies cost more than the latency they save: with
+  // ResNet-50's gradients on 2 ranks, packing everything below 64 MiB made a step about 3 times
+  // slower than one flat allreduce of the same bytes (docs/ARCHITECTURE.md, Fusion).
+  bool in_place(std::size_t bytes) const noexcept {
+    return bytes >= threshold_ || (cutoff_ != 0 && bytes >= cutoff_);
+  }
 
   // run(in, out, count, dtype, op) performs one allreduce.
   template <class Run>
@@ -55,11 +66,13 @@ class buffer {
         pending_.clear();
         pending_bytes = 0;
       };
+      // A large tensor runs as soon as it is met, without closing the bucket: models interleave
+      // small tensors (biases, norms) with large ones, and closing the bucket at every large
+      // tensor would leave one small collective per layer.
       for (const tensor_view& v : tensors) {
         if (v.type != t || v.count == 0) continue;
         const std::size_t bytes = v.bytes();
-        if (bytes >= threshold_) {
-          flush();
+        if (in_place(bytes)) {
           run(v.data, v.data, v.count, t, op);
           continue;
         }
@@ -73,6 +86,7 @@ class buffer {
 
  private:
   std::size_t threshold_;
+  std::size_t cutoff_;
   strategy::detail::scratch storage_;
   std::vector<const tensor_view*> pending_;
 };
