@@ -8,6 +8,7 @@
 #include <exception>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "distcomm/backend.hpp"
@@ -62,6 +63,13 @@ class communicator {
   void allreduce(span<const tensor_view> tensors, reduce_op op = reduce_op::sum) {
     for (const tensor_view& t : tensors) check_tensor("grouped allreduce tensor", t);
     check_op(op);
+    if constexpr (moves_device && std::is_same_v<Fusion, fusion::buffer>) {
+      // fusion::buffer packs with host copies; device tensors need a device-side packer.
+      throw invalid_argument_error(std::string("grouped allreduce: backend '") + Backend::name +
+                                   "' moves device memory, which fusion::buffer cannot pack; "
+                                   "use communicator<..., fusion::none> or the backend's device "
+                                   "fusion buffer");
+    }
     guarded("grouped allreduce", [&](deadline until) {
       fusion_.allreduce(tensors, op,
                         [&](const void* in, void* out, std::size_t count, dtype t, reduce_op o) {
@@ -149,6 +157,8 @@ class communicator {
     }
   }
 
+  static constexpr bool moves_device = strategy::detail::moves_device_memory<Backend>::value;
+
   static void check_tensor(const char* what, const tensor_view& t) {
     if (!is_valid(t.type)) {
       throw invalid_argument_error(std::string(what) + ": invalid dtype value " +
@@ -163,10 +173,12 @@ class communicator {
                                    " elements of " + to_string(t.type) +
                                    " overflow the address space");
     }
-    if (t.memory != memory_kind::host) {
+    // A backend moves either host memory or (moves_device_memory, e.g. NCCL) CUDA memory.
+    const memory_kind moved = moves_device ? memory_kind::cuda : memory_kind::host;
+    if (t.memory != moved) {
       throw invalid_argument_error(std::string(what) + ": tensor in " + to_string(t.memory) +
-                                   " memory, but backend '" + Backend::name +
-                                   "' moves host memory only");
+                                   " memory, but backend '" + Backend::name + "' moves " +
+                                   to_string(moved) + " memory only");
     }
   }
 

@@ -176,3 +176,21 @@ TEST_CASE("a device-memory backend: only its own collectives, never deterministi
                        dc::invalid_argument_error);
   CHECK(b.native_calls == 2);
 }
+
+TEST_CASE("communicator on a device-memory backend: device tensors only, no host fusion") {
+  float host[4] = {};
+  const dc::tensor_view dev = dc::cuda_view(host, 4, dc::dtype::f32, 0);  // never dereferenced
+  dc::config c;
+  dc::communicator<device_like, dc::strategy::automatic, dc::fusion::none> comm(device_like{}, c);
+  comm.allreduce(dev);
+  CHECK(comm.backend().native_calls == 1);
+  CHECK_THROWS_WITH_AS(comm.allreduce(dc::view(host, 4)),
+                       doctest::Contains("moves cuda memory only"), dc::invalid_argument_error);
+
+  dc::communicator<device_like, dc::strategy::native> fused(device_like{}, c);
+  const dc::tensor_view group[] = {dev, dev};
+  CHECK_THROWS_WITH_AS(fused.allreduce(dc::span<const dc::tensor_view>(group, 2)),
+                       doctest::Contains("fusion::buffer cannot pack"),
+                       dc::invalid_argument_error);
+  CHECK(fused.backend().native_calls == 0);
+}
