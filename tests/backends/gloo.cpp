@@ -12,9 +12,8 @@ distcomm::gloo_options the_options;
 
 struct gloo_env {
   using backend = distcomm::gloo_backend;
-  // gloo cannot retract a posted receive: a destroyed one still takes the next message of its
-  // peer and tag, into the backend's memory (backends/gloo/src/gloo.cpp).
-  static constexpr bool cancel_retracts = false;
+  // A destroyed receive that no message matched yet is retracted (backends/gloo/src/gloo_p2p.cpp).
+  static constexpr bool cancel_retracts = true;
 
   static void run(const std::function<void(backend_suite::rank_context<backend>&)>& body) {
     backend_suite::rank_context<backend> ctx{the_job->world.rank, the_job->world.size, [] {

@@ -46,8 +46,9 @@ std::int64_t receive_one(B& b, int peer, dc::tag_t tag) {
 
 // After rank 0 destroyed a pending 24-byte receive from rank 1 on `tag` (buffer `old`, holding
 // -5s), rank 1 sends two messages there. A backend that retracts destroyed receives delivers both
-// to new receives; one that cannot (E::cancel_retracts false: gloo) lets the destroyed receive
-// take the first into the backend's own memory. Either way `old` is never written.
+// to new receives (every backend here does); one that cannot (E::cancel_retracts false) lets the
+// destroyed receive take the first into the backend's own memory. Either way `old` is never
+// written.
 template <class E, class B>
 void check_destroyed_receive(B& b, control<B>& ctl, int me, dc::tag_t tag,
                              const std::int64_t (&old)[3]) {

@@ -23,8 +23,12 @@ struct gloo_state;
 struct gloo_op;
 }  // namespace detail
 
-// A pending send or receive. Move-only; destroying it while pending cancels it: the transfer goes
-// on inside the backend into memory the backend owns, so the caller's buffer is free at once.
+// A pending send or receive; a send of at most 16 KiB is complete at once (the backend sends a
+// copy). Move-only; destroying it while pending cancels it: a receive that no message matched yet
+// is retracted (the next receive of its peer and tag gets that message); a large send, or a
+// matched receive whose payload is arriving, is waited for up to 1 s (not after a failure), then
+// the connection to that peer is closed. Either way the caller's buffer is untouched once the
+// destructor returns.
 class [[nodiscard]] gloo_request {
  public:
   gloo_request() = default;  // an empty request is complete
