@@ -80,7 +80,7 @@ void finish(detail::mpi_state& s, MPI_Request& req, const char* what, std::size_
         rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
         return rc != MPI_SUCCESS || flag != 0;
       },
-      until);
+      until, /*may_sleep=*/false);
   detail::mpi_check(rc, "MPI_Test");
   if (done) return;
   const std::string msg = "mpi: rank " + std::to_string(s.rank) + ": native " + what + " of " +

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Measures the figures of docs/PERFORMANCE.md: 2 processes, f32 sum, every backend and strategy
+# with the raw library it replaces interleaved in the same run (--peer), the machine's limits
+# (iperf3 over loopback) in the same session, and the gradient profiles. Each configuration runs
+# once per round and the rounds interleave them, so a burst of noise hits one sample of each, not
+# every sample of one; bench/summary.py then takes medians across rounds.
+#
+#   bench/figures.sh [-B BUILD] [-o OUT] [-r ROUNDS]
+#
+#   -B BUILD   build tree with the executables in BUILD/bin (default: build)
+#   -o OUT     directory for the CSV files, logs and summary.md (default: figures)
+#   -r ROUNDS  rounds (default: 3)
+#
+# Needs the bench executables of the mpi, gloo, ucx and local backends, mpirun, iperf3, python3
+# and gnuplot (scripts/common.sh installs them). Talks over loopback only. About 10 minutes a round
+# on 2 cores; run it on a quiet machine.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="$here/../build"
+out="figures"
+rounds=3
+while getopts "B:o:r:h" opt; do
+  case "$opt" in
+    B) build="$OPTARG" ;;
+    o) out="$OPTARG" ;;
+    r) rounds="$OPTARG" ;;
+    *) sed -n '2,/^set /{/^#/p}' "$0"; exit 2 ;;
+  esac
+done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "figures.sh: -r wants a positive number" >&2; exit 2; }
+bin="$build/bin"
+for exe in distcomm-bench-mpi distcomm-bench-gloo distcomm-bench-ucx distcomm-bench-local \
+  distcomm-run; do
+  [[ -x "$bin/$exe" ]] || { echo "figures.sh: $bin/$exe not built" >&2; exit 2; }
+done
+for tool in mpirun iperf3 python3; do
+  command -v "$tool" >/dev/null || { echo "figures.sh: $tool not found" >&2; exit 2; }
+done
+mkdir -p "$out"
+
+# Open MPI over shared memory without the kernel-assisted single copy (not allowed in containers
+# here), the configuration ../peers measured as "mpi_shm".
+mpirun=(mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none
+  -np 2)
+[[ $(id -u) -ne 0 ]] || mpirun+=(--allow-run-as-root)
+bandwidth=(-b 32K -e 128M -f 4 -n 10 -w 3)
+latency=(-b 8 -e 4K -f 8 -n 2000 -w 200)
+profile=(-n 10 -w 2)
+export DISTCOMM_TIMEOUT=300
+
+run() {  # run NAME COMMAND...: one sample, CSV to OUT/NAME_ROUND.csv, output to .txt
+  local name="$1"
+  shift
+  echo "  $name"
+  "$@" --csv "$out/${name}_$round.csv" >"$out/${name}_$round.txt" 2>&1 ||
+    { echo "figures.sh: $name failed, see $out/${name}_$round.txt" >&2; exit 1; }
+}
+
+iperf() {  # TCP loopback, one stream, 5 s, as ../peers measured it
+  iperf3 -s -1 -p 5399 -B 127.0.0.1 >/dev/null 2>&1 &
+  local server=$!
+  sleep 0.5
+  iperf3 -c 127.0.0.1 -p 5399 -t 5 -J >"$out/iperf3_$round.json"
+  wait "$server" || true
+}
+
+for ((round = 1; round <= rounds; ++round)); do
+  echo "round $round/$rounds ($(uptime))" | tee -a "$out/load.txt"
+  iperf
+  for s in native ring tree; do
+    run "bw_mpi_$s" "${mpirun[@]}" "$bin/distcomm-bench-mpi" "${bandwidth[@]}" --strategy $s \
+      --peer mpi
+  done
+  for s in native ring; do
+    run "bw_gloo_$s" "$bin/distcomm-run" -np 2 "$bin/distcomm-bench-gloo" "${bandwidth[@]}" \
+      --strategy $s --peer gloo
+  done
+  run bw_ucx_ring "${mpirun[@]}" "$bin/distcomm-bench-ucx" "${bandwidth[@]}" --strategy ring \
+    --peer mpi
+  for s in native ring; do
+    run "bw_local_$s" "$bin/distcomm-bench-local" -np 2 "${bandwidth[@]}" --strategy $s
+  done
+  for s in native ring; do
+    run "lat_mpi_$s" "${mpirun[@]}" "$bin/distcomm-bench-mpi" "${latency[@]}" --strategy $s \
+      --peer mpi
+    run "lat_gloo_$s" "$bin/distcomm-run" -np 2 "$bin/distcomm-bench-gloo" "${latency[@]}" \
+      --strategy $s --peer gloo
+  done
+  run lat_ucx_ring "${mpirun[@]}" "$bin/distcomm-bench-ucx" "${latency[@]}" --strategy ring \
+    --peer mpi
+  run prof_gloo_native "$bin/distcomm-run" -np 2 "$bin/distcomm-bench-gloo" "${profile[@]}" \
+    --strategy native --peer gloo --profile "$here/profiles/resnet50.txt"
+  run prof_gloo_native_cutoff4M env DISTCOMM_FUSION_CUTOFF=4M "$bin/distcomm-run" -np 2 \
+    "$bin/distcomm-bench-gloo" "${profile[@]}" --strategy native --peer gloo \
+    --profile "$here/profiles/resnet50.txt"
+  run prof_mpi_native "${mpirun[@]}" "$bin/distcomm-bench-mpi" "${profile[@]}" --strategy native \
+    --peer mpi --profile "$here/profiles/resnet50.txt"
+  run prof_local_ring "$bin/distcomm-bench-local" -np 2 "${profile[@]}" --strategy ring \
+    --profile "$here/profiles/resnet50.txt"
+done
+echo "done ($(uptime))" | tee -a "$out/load.txt"
+python3 "$here/summary.py" "$out" | tee "$out/summary.md"

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Summarises a bench/figures.sh directory as the markdown tables of docs/PERFORMANCE.md.
+
+    python3 bench/summary.py DIR
+
+Every cell is the median across rounds. A ratio is ours / the peer's busbw taken in the same
+process, at the same size, interleaved (--peer), then the median of those per-run ratios; it is
+not the ratio of two medians. The targets section checks each of docs/PERFORMANCE.md's targets
+against these medians and says by how much a missed one is missed.
+"""
+import csv
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+    sys.exit("usage: summary.py DIR (the -o directory of bench/figures.sh)")
+root = sys.argv[1]
+
+
+def med(values):
+    return statistics.median(values) if values else None
+
+
+def size_label(n):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def fmt(v, digits=3):
+    if v is None:
+        return "–"
+    if v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"
+
+
+# name -> size -> field -> [values across rounds]
+sweeps, profiles = {}, {}
+for path in sorted(glob.glob(os.path.join(root, "*.csv"))):
+    name = re.sub(r"_\d+$", "", os.path.basename(path)[:-4])
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if "mode" in row:
+                cell = profiles.setdefault(name, {}).setdefault(row["mode"], [])
+                cell.append(float(row["time_us"]))
+                continue
+            cell = sweeps.setdefault(name, {}).setdefault(int(row["size"]), {})
+            for field in ("oop_busbw_GBps", "ip_busbw_GBps", "ip_time_us", "peer_busbw_GBps",
+                          "peer_time_us", "ratio"):
+                if row.get(field) not in (None, "", "N/A"):
+                    cell.setdefault(field, []).append(float(row[field]))
+
+iperf = []
+for path in sorted(glob.glob(os.path.join(root, "iperf3_*.json"))):
+    with open(path) as f:
+        iperf.append(json.load(f)["end"]["sum_received"]["bits_per_second"] / 8e9)
+tcp_limit = med(iperf)
+
+print("## Limits\n")
+if tcp_limit is not None:
+    print(f"TCP loopback, `iperf3 -c 127.0.0.1 -t 5` (one stream), median of {len(iperf)}: "
+          f"**{tcp_limit:.2f} GB/s** ({', '.join(f'{v:.2f}' for v in iperf)}).\n")
+
+
+def sweep_table(prefix, value, title, unit):
+    names = [n for n in sweeps if n.startswith(prefix)]
+    if not names:
+        return
+    sizes = sorted({s for n in names for s in sweeps[n]})
+    peers = {}
+    for n in names:
+        peer = "MPI_Allreduce" if ("mpi" in n or "ucx" in n) else "gloo::allreduce"
+        if "local" in n:
+            continue
+        for s, cell in sweeps[n].items():
+            if "peer_" + value.split("_", 1)[1] in cell:
+                peers.setdefault(peer, {}).setdefault(s, []).extend(cell["peer_" + value.split("_", 1)[1]])
+    cols = [n[len(prefix):] for n in names] + [f"{p} (peer)" for p in peers]
+    print(f"### {title} ({unit}, medians)\n")
+    print("| size | " + " | ".join(cols) + " |")
+    print("|---:|" + "---:|" * len(cols))
+    for s in sizes:
+        cells = [fmt(med(sweeps[n].get(s, {}).get(value, []))) for n in names]
+        cells += [fmt(med(peers[p].get(s, []))) for p in peers]
+        print(f"| {size_label(s)} | " + " | ".join(cells) + " |")
+    print()
+    ratio_names = [n for n in names if any("ratio" in c for c in sweeps[n].values())]
+    if ratio_names:
+        print(f"### {title}: ours / the peer in the same run (in-place busbw ratio, median of "
+              "per-run ratios; > 1 is faster)\n")
+        print("| size | " + " | ".join(f"{n[len(prefix):]} / {peer_of(n)}" for n in ratio_names)
+              + " |")
+        print("|---:|" + "---:|" * len(ratio_names))
+        for s in sizes:
+            print(f"| {size_label(s)} | " +
+                  " | ".join(f"{fmt(med(sweeps[n].get(s, {}).get('ratio', [])))}"
+                             for n in ratio_names) + " |")
+        print()
+
+
+def peer_of(name):
+    return "MPI" if ("mpi" in name or "ucx" in name) else "gloo"
+
+
+print("## Allreduce, 2 processes, f32 sum\n")
+sweep_table("bw_", "ip_busbw_GBps", "Bus bandwidth, in place", "GB/s")
+sweep_table("lat_", "ip_time_us", "Latency, in place", "µs")
+
+if profiles:
+    print("## ResNet-50 gradient profile, 2 processes (µs per step, medians)\n")
+    print("| backend, strategy | fused | unfused | flat | peer flat | fused / flat | "
+          "unfused / fused |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, modes in profiles.items():
+        m = {k: med(v) for k, v in modes.items()}
+        peer_mode = next((k for k in m if k.startswith("peer")), None)
+        fused, unfused, flat = m.get("fused"), m.get("unfused"), m.get("flat")
+        print(f"| {name[len('prof_'):]} | {fmt(fused)} | {fmt(unfused)} | {fmt(flat)} | "
+              f"{fmt(m.get(peer_mode)) if peer_mode else '–'} | "
+              f"{fused / flat:.2f} | {unfused / fused:.2f} |")
+    print()
+
+# ---- targets ----------------------------------------------------------------------------------
+print("## Targets\n")
+
+
+def best_at(sizes_pred, names, value="ip_busbw_GBps", higher=True):
+    """Best configuration per size among `names`, as {size: (value, name)}."""
+    best = {}
+    for n in names:
+        for s, cell in sweeps.get(n, {}).items():
+            if not sizes_pred(s) or value not in cell:
+                continue
+            v = med(cell[value])
+            if s not in best or (v > best[s][0] if higher else v < best[s][0]):
+                best[s] = (v, n)
+    return best
+
+
+def mpi_peer(s, value):
+    vals = [v for n in sweeps if peer_of(n) == "MPI" and "local" not in n
+            for v in sweeps[n].get(s, {}).get(value, [])]
+    return med(vals)
+
+
+def verdict(ok):
+    return "met" if ok else "**missed**"
+
+
+process = [n for n in sweeps if n.startswith("bw_") and "local" not in n]
+lines = []
+best = best_at(lambda s: s >= 32 << 20, process)
+for s, (v, n) in sorted(best.items()):
+    ref = mpi_peer(s, "peer_busbw_GBps")
+    if ref:
+        lines.append(f"- ≥ 32 MiB, best ≥ 1.5× MPI_Allreduce: {size_label(s)}: {n[3:]} "
+                     f"{v:.2f} GB/s = {v / ref:.2f}× MPI's {ref:.2f} GB/s: {verdict(v / ref >= 1.5)}")
+for n in ("bw_gloo_native", "bw_gloo_ring"):
+    for s, cell in sorted(sweeps.get(n, {}).items()):
+        if s >= 32 << 20 and "ratio" in cell:
+            r = med(cell["ratio"])
+            lines.append(f"- ≥ 32 MiB, gloo backend ≥ 1.0× raw gloo: {size_label(s)} {n[3:]}: "
+                         f"{r:.2f}×: {verdict(r >= 1.0)}")
+if tcp_limit:
+    for n in ("bw_gloo_native", "bw_gloo_ring", "bw_ucx_ring"):
+        cells = sweeps.get(n, {})
+        if cells:
+            s, v = max(((s, med(c["ip_busbw_GBps"])) for s, c in cells.items()),
+                       key=lambda x: x[1])
+            lines.append(f"- TCP path ≥ 80% of iperf3 ({tcp_limit:.2f} GB/s): {n[3:]} peaks at "
+                         f"{v:.2f} GB/s ({size_label(s)}) = {100 * v / tcp_limit:.0f}%: "
+                         f"{verdict(v >= 0.8 * tcp_limit)}")
+lat = [n for n in sweeps if n.startswith("lat_")]
+best = best_at(lambda s: s <= 4096, lat, "ip_time_us", higher=False)
+for s, (v, n) in sorted(best.items()):
+    ref = mpi_peer(s, "peer_time_us")
+    if ref:
+        lines.append(f"- {size_label(s)}, best latency ≤ 2× MPI_Allreduce: {n[4:]} {v:.2f} µs = "
+                     f"{v / ref:.2f}× MPI's {ref:.2f} µs: {verdict(v <= 2 * ref)}")
+for n in ("lat_gloo_native", "lat_gloo_ring"):
+    for s, cell in sorted(sweeps.get(n, {}).items()):
+        if "peer_time_us" in cell:
+            ours, ref = med(cell["ip_time_us"]), med(cell["peer_time_us"])
+            lines.append(f"- {size_label(s)}, gloo backend ≤ raw gloo: {n[4:]} {ours:.1f} µs vs "
+                         f"{ref:.1f} µs: {verdict(ours <= ref)}")
+for n in (n for n in sweeps if n.endswith("_native") and n.startswith("bw_")):
+    for s, cell in sorted(sweeps[n].items()):
+        if s >= 64 << 10 and "ratio" in cell:
+            r = med(cell["ratio"])
+            lines.append(f"- ≥ 64 KiB, native overhead ≤ 5%: {n[3:]} {size_label(s)}: "
+                         f"{r:.3f}× the raw call: {verdict(r >= 0.95)}")
+for name, modes in profiles.items():
+    fused, unfused, flat = (med(modes.get(k, [])) for k in ("fused", "unfused", "flat"))
+    if fused and flat:
+        lines.append(f"- ResNet-50 fused ≤ 1.2× flat: {name[5:]}: {fused / flat:.2f}×: "
+                     f"{verdict(fused <= 1.2 * flat)}")
+    if fused and unfused and "gloo" in name:
+        lines.append(f"- ResNet-50 on gloo, fused ≥ 3× faster than unfused: {name[5:]}: "
+                     f"{unfused / fused:.2f}×: {verdict(unfused >= 3 * fused)}")
+print("\n".join(lines) if lines else "(no data)")
