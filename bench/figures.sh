@@ -9,17 +9,17 @@
 #
 #   -B BUILD   build tree with the executables in BUILD/bin (default: build)
 #   -o OUT     directory for the CSV files, logs and summary.md (default: figures)
-#   -r ROUNDS  rounds (default: 3)
+#   -r ROUNDS  rounds (default: 5)
 #
-# Needs the bench executables of the mpi, gloo, ucx and local backends, mpirun, iperf3, python3
-# and gnuplot (scripts/common.sh installs them). Talks over loopback only. About 10 minutes a round
-# on 2 cores; run it on a quiet machine.
+# Needs the bench executables of the mpi, gloo, ucx and local backends (scripts/test.sh or
+# scripts/demo.sh build them into build/); installs iperf3 and linux-perf when missing (Debian).
+# Talks over loopback only. About 2.5 minutes a round on 2 cores; run it on a quiet machine.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$here/../build"
 out="figures"
-rounds=3
+rounds=5
 while getopts "B:o:r:h" opt; do
   case "$opt" in
     B) build="$OPTARG" ;;
@@ -34,6 +34,9 @@ for exe in distcomm-bench-mpi distcomm-bench-gloo distcomm-bench-ucx distcomm-be
   distcomm-run; do
   [[ -x "$bin/$exe" ]] || { echo "figures.sh: $bin/$exe not built" >&2; exit 2; }
 done
+# shellcheck source=scripts/common.sh
+source "$here/../scripts/common.sh"
+ensure_packages iperf3 linux-perf
 for tool in mpirun iperf3 python3; do
   command -v "$tool" >/dev/null || { echo "figures.sh: $tool not found" >&2; exit 2; }
 done
@@ -44,7 +47,7 @@ mkdir -p "$out"
 mpirun=(mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none
   -np 2)
 [[ $(id -u) -ne 0 ]] || mpirun+=(--allow-run-as-root)
-bandwidth=(-b 32K -e 128M -f 4 -n 10 -w 3)
+bandwidth=(-b 32K -e 128M -f 4 -n 20 -w 3)
 latency=(-b 8 -e 4K -f 8 -n 2000 -w 200)
 profile=(-n 10 -w 2)
 export DISTCOMM_TIMEOUT=300
@@ -57,12 +60,16 @@ run() {  # run NAME COMMAND...: one sample, CSV to OUT/NAME_ROUND.csv, output to
     { echo "figures.sh: $name failed, see $out/${name}_$round.txt" >&2; exit 1; }
 }
 
-iperf() {  # TCP loopback, one stream, 5 s, as ../peers measured it
-  iperf3 -s -1 -p 5399 -B 127.0.0.1 >/dev/null 2>&1 &
-  local server=$!
-  sleep 0.5
-  iperf3 -c 127.0.0.1 -p 5399 -t 5 -J >"$out/iperf3_$round.json"
-  wait "$server" || true
+iperf() {  # TCP loopback, 5 s: one stream one way (as ../peers measured it), then both ways
+  local mode
+  for mode in oneway bidir; do
+    iperf3 -s -1 -p 5399 -B 127.0.0.1 >/dev/null 2>&1 &
+    local server=$!
+    sleep 0.5
+    iperf3 -c 127.0.0.1 -p 5399 -t 5 -J $([[ $mode == bidir ]] && echo --bidir) \
+      >"$out/iperf3_${mode}_$round.json"
+    wait "$server" || true
+  done
 }
 
 for ((round = 1; round <= rounds; ++round)); do
@@ -101,3 +108,16 @@ for ((round = 1; round <= rounds; ++round)); do
 done
 echo "done ($(uptime))" | tee -a "$out/load.txt"
 python3 "$here/summary.py" "$out" | tee "$out/summary.md"
+
+# The plot: every round of a configuration in one file (plot.sh averages repeated sizes), the
+# raw libraries once each (from the native runs), the peer columns dropped elsewhere.
+for name in bw_mpi_native bw_gloo_native; do
+  cat "$out/${name}"_[0-9]*.csv >"$out/plot_$name.csv"
+done
+for name in bw_mpi_ring bw_mpi_tree bw_gloo_ring bw_ucx_ring; do
+  cat "$out/${name}"_[0-9]*.csv | cut -d, -f1-19 >"$out/plot_$name.csv"
+done
+"$here/plot.sh" -o "$out/busbw.png" --log-y \
+  --title "allreduce, 2 processes, float sum, in place: bus bandwidth (mean of $rounds rounds)" \
+  "$out"/plot_bw_*.csv
+echo "plot: $out/busbw.png"
