@@ -31,10 +31,16 @@ class communicator {
 
   explicit communicator(Backend backend, config cfg = config::from_env())
       : backend_(std::move(backend)),
-        config_(std::move(cfg)),
+        config_(with_backend_defaults(std::move(cfg))),
         strategy_(config_),
         fusion_(config_) {
     set_log_level(config_.log);  // DISTCOMM_LOG is read with the rest of the configuration
+  }
+
+  // The settings in use: the configuration given, with what it left to the backend filled in.
+  static config with_backend_defaults(config c) {
+    if (!c.fusion_cutoff) c.fusion_cutoff = fusion::default_cutoff_for<Backend>;
+    return c;
   }
 
   int rank() const { return backend_.rank(); }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,9 @@ struct config {
   // Tensor Fusion buffer size in bytes; 0 disables fusion (DISTCOMM_FUSION_THRESHOLD).
   std::size_t fusion_threshold = std::size_t{64} << 20;
   // Tensors of at least this many bytes are reduced in place instead of being packed; 0 packs
-  // every tensor below the threshold (DISTCOMM_FUSION_CUTOFF).
-  std::size_t fusion_cutoff = std::size_t{1} << 20;
+  // every tensor below the threshold (DISTCOMM_FUSION_CUTOFF). Unset: the backend's default
+  // (fusion::default_cutoff_for), which a communicator fills in.
+  std::optional<std::size_t> fusion_cutoff;
   // Pipelining unit of ring / tree / parameter server, bytes (DISTCOMM_SEGMENT_SIZE).
   std::size_t segment_bytes = std::size_t{256} << 10;
   // Server ranks of the parameter_server strategy; 0 means every rank (DISTCOMM_PS_SERVERS).

@@ -18,9 +18,9 @@ const std::vector<setting_info> setting_rows = {
      "Seconds any collective may wait for a peer before failing with timeout_error."},
     {"DISTCOMM_FUSION_THRESHOLD", "64M",
      "Tensor Fusion buffer size in bytes (K/M/G suffixes); 0 disables fusion."},
-    {"DISTCOMM_FUSION_CUTOFF", "1M",
+    {"DISTCOMM_FUSION_CUTOFF", "1M (gloo: 4M)",
      "Tensors of at least this many bytes are reduced in place instead of being copied into the "
-     "fusion buffer; 0 packs every tensor below the threshold."},
+     "fusion buffer; 0 packs every tensor below the threshold. The default is the backend's."},
     {"DISTCOMM_SEGMENT_SIZE", "256K",
      "Pipelining segment of the ring, tree and parameter-server strategies, in bytes."},
     {"DISTCOMM_PS_SERVERS", "1",
@@ -158,7 +158,8 @@ std::string config::to_string() const {
   std::ostringstream os;
   os << "DISTCOMM_TIMEOUT=" << timeout.count() << '\n'
      << "DISTCOMM_FUSION_THRESHOLD=" << format_bytes(fusion_threshold) << '\n'
-     << "DISTCOMM_FUSION_CUTOFF=" << format_bytes(fusion_cutoff) << '\n'
+     << "DISTCOMM_FUSION_CUTOFF="
+     << (fusion_cutoff ? format_bytes(*fusion_cutoff) : std::string("(backend default)")) << '\n'
      << "DISTCOMM_SEGMENT_SIZE=" << format_bytes(segment_bytes) << '\n'
      << "DISTCOMM_PS_SERVERS=" << ps_servers << '\n'
      << "DISTCOMM_ALGO=" << (algo.empty() ? std::string("(built-in)") : algo.to_string()) << '\n'

@@ -56,7 +56,7 @@ TEST_CASE("config: defaults when no variable is set") {
   });
   CHECK(c.timeout.count() == 300.0);
   CHECK(c.fusion_threshold == (std::size_t{64} << 20));
-  CHECK(c.fusion_cutoff == (std::size_t{1} << 20));
+  CHECK_FALSE(c.fusion_cutoff.has_value());  // the backend's default
   CHECK(c.segment_bytes == (std::size_t{256} << 10));
   CHECK(c.ps_servers == 1);
   CHECK(c.algo.empty());
@@ -222,6 +222,7 @@ TEST_CASE("config: to_string has one NAME=value line per setting, in settings() 
 TEST_CASE("config: to_string shows the values, and its output reads back to the same config") {
   const env e = {{"DISTCOMM_TIMEOUT", "2.5"},
                  {"DISTCOMM_FUSION_THRESHOLD", "1M"},
+                 {"DISTCOMM_FUSION_CUTOFF", "262144"},
                  {"DISTCOMM_SEGMENT_SIZE", "65536"},
                  {"DISTCOMM_PS_SERVERS", "0"},
                  {"DISTCOMM_ALGO", "ps:0-1K;native:1K-1M;ring:1M-max"},
@@ -231,6 +232,7 @@ TEST_CASE("config: to_string shows the values, and its output reads back to the 
   const std::string text = from(e).to_string();
   CHECK_HAS(text, "DISTCOMM_TIMEOUT=2.5\n");
   CHECK_HAS(text, "DISTCOMM_FUSION_THRESHOLD=1M\n");
+  CHECK_HAS(text, "DISTCOMM_FUSION_CUTOFF=256K\n");
   CHECK_HAS(text, "DISTCOMM_SEGMENT_SIZE=64K\n");
   CHECK_HAS(text, "DISTCOMM_PS_SERVERS=0\n");
   CHECK_HAS(text, "DISTCOMM_ALGO=ps:0-1K;native:1K-1M;ring:1M-max\n");

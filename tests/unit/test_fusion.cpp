@@ -570,9 +570,34 @@ TEST_CASE("fusion: DISTCOMM_FUSION_CUTOFF reaches fusion::buffer") {
       return std::string(name) == "DISTCOMM_FUSION_CUTOFF" ? value : nullptr;
     });
   };
-  CHECK(fusion::buffer(config{}).cutoff() == (std::size_t{1} << 20));
+  CHECK(fusion::buffer(config{}).cutoff() == fusion::default_cutoff);
   CHECK(fusion::buffer(with("256K")).cutoff() == (std::size_t{256} << 10));
   CHECK(fusion::buffer(with("0")).cutoff() == 0);
   CHECK(with("4M").to_string().find("DISTCOMM_FUSION_CUTOFF=4M\n") != std::string::npos);
   CHECK_THROWS_AS(with("lots"), invalid_argument_error);
+}
+
+namespace {
+struct backend_with_cutoff {
+  static constexpr std::size_t default_fusion_cutoff = 12345;
+};
+}  // namespace
+
+TEST_CASE("fusion: the cutoff defaults to the backend's own and DISTCOMM_FUSION_CUTOFF overrides it") {
+  static_assert(fusion::default_cutoff == (std::size_t{1} << 20));
+  static_assert(fusion::default_cutoff_for<local_backend> == fusion::default_cutoff);
+  static_assert(fusion::default_cutoff_for<backend_with_cutoff> == 12345);
+  using comm_with_cutoff = communicator<backend_with_cutoff>;
+  CHECK(comm_with_cutoff::with_backend_defaults(config{}).fusion_cutoff == std::size_t{12345});
+  config set;
+  set.fusion_cutoff = 0;  // set explicitly (DISTCOMM_FUSION_CUTOFF=0): kept
+  CHECK(comm_with_cutoff::with_backend_defaults(set).fusion_cutoff == std::size_t{0});
+  CHECK(config{}.to_string().find("DISTCOMM_FUSION_CUTOFF=(backend default)\n") !=
+        std::string::npos);
+  local_world w(1);
+  w.run([&](local_backend b) {
+    communicator<local_backend> comm(b, config{});
+    CHECK(comm.settings().fusion_cutoff == fusion::default_cutoff);
+    CHECK(comm.fusion().cutoff() == fusion::default_cutoff);
+  });
 }

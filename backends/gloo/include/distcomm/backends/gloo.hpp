@@ -72,6 +72,11 @@ class gloo_backend {
   // gloo's ring reduces in an order that depends on the rank, so results may differ in the last
   // bit between strategies (never between ranks).
   static constexpr bool native_is_deterministic = false;
+  // Tensor Fusion packs tensors below 4 MiB (the default is 1 MiB): a collective costs 0.5-1 ms
+  // here whatever its size, more than copying a few MiB twice. ResNet-50's gradients on 2 ranks,
+  // fused step / one flat allreduce of the same bytes, medians of 3 interleaved runs: 1.71 with
+  // 1 MiB, 1.46 with 4 MiB, 1.59 with 16 MiB (native strategy; docs/PERFORMANCE.md).
+  static constexpr std::size_t default_fusion_cutoff = std::size_t{4} << 20;
 
   // Collective over the `size` ranks sharing `kv`: returns once every rank is connected to every
   // other (a store barrier), so a backend can be dropped unused without failing a slower peer.
