@@ -72,6 +72,13 @@ iperf() {  # TCP loopback, 5 s: one stream one way (as ../peers measured it), th
   done
 }
 
+# Memory bandwidth: the reduction kernel and a plain loop over 64 MiB arrays, once.
+if [[ -x "$bin/distcomm-bench-kernels" ]]; then
+  echo "memory bandwidth (distcomm-bench-kernels)"
+  "$bin/distcomm-bench-kernels" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+    >"$out/kernels.txt" 2>&1
+fi
+
 for ((round = 1; round <= rounds; ++round)); do
   echo "round $round/$rounds ($(uptime))" | tee -a "$out/load.txt"
   iperf

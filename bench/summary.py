@@ -42,7 +42,7 @@ def fmt(v, digits=3):
 
 # name -> size -> field -> [values across rounds]
 sweeps, profiles = {}, {}
-for path in sorted(glob.glob(os.path.join(root, "*.csv"))):
+for path in sorted(glob.glob(os.path.join(root, "*_[0-9]*.csv"))):  # one file per round
     name = re.sub(r"_\d+$", "", os.path.basename(path)[:-4])
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
@@ -77,6 +77,16 @@ if tcp_limit is not None:
 if tcp_bidir is not None:
     print(f"Both ways at once (`--bidir`), per direction, median of {len(bidir)}: "
           f"**{tcp_bidir:.2f} GB/s** ({', '.join(f'{v:.2f}' for v in bidir)}).\n")
+kernels = os.path.join(root, "kernels.txt")
+if os.path.exists(kernels):
+    with open(kernels) as f:
+        lines = [l.strip() for l in f if l.startswith("combine f32 sum")]
+    if lines:
+        print("Memory bandwidth, `distcomm-bench-kernels` (64 MiB arrays, one core, bytes counted "
+              "3N: two reads and a write):\n")
+        for l in lines:
+            print(f"- {l}")
+        print()
 
 
 def sweep_table(prefix, value, title, unit):
