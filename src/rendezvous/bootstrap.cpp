@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -30,15 +31,39 @@ std::string start_time_of(pid_t pid) {
 }
 
 // Plain mpirun, mpiexec and srun give rank and size but no port. When every rank is on this node
-// they are children of one launcher process (mpirun, the Hydra proxy, slurmstepd), so they meet in
-// a file store named after it: rank 0 starts the TCP store on a free port and publishes the port.
+// they meet in a file store named after their job: rank 0 starts the TCP store on a free port and
+// publishes the port. The job is named by the launcher when it can be (PMIx's PMIX_NAMESPACE,
+// which Open MPI and Slurm with PMIx export; Slurm's job and step ids), else by the launcher
+// process (mpirun, the Hydra proxy, slurmstepd) as the ranks' parent. The launcher's name comes
+// first: a rank started through a wrapper that forks (`mpirun -np 2 perf stat ./app`, valgrind, a
+// shell script without exec) has the wrapper as its parent, and the ranks would wait in
+// different places until DISTCOMM_TIMEOUT.
+std::string job_name(const env_lookup& getenv) {
+  const auto get = [&](const char* name) -> std::string {
+    const char* v = getenv(name);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  std::string job = get("PMIX_NAMESPACE");
+  if (job.empty() && !get("SLURM_JOB_ID").empty()) {
+    job = "slurm." + get("SLURM_JOB_ID") + "." + get("SLURM_STEP_ID");
+  }
+  if (job.empty()) {
+    const pid_t parent = getppid();
+    return std::to_string(parent) + "-" + start_time_of(parent);
+  }
+  // A file name: keep it to characters that cannot leave the directory.
+  for (char& c : job) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  }
+  return "job-" + job;
+}
+
 std::shared_ptr<store> meet_on_this_node(const world_info& w, const config& cfg,
-                                         const std::string& token, std::string* place) {
-  const pid_t parent = getppid();
+                                         const std::string& token, const env_lookup& getenv,
+                                         std::string* place) {
   const char* tmp = std::getenv("TMPDIR");
   *place = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/distcomm-" +
-           std::to_string(getuid()) + "/" + to_string(w.launcher) + "-" + std::to_string(parent) +
-           "-" + start_time_of(parent);
+           std::to_string(getuid()) + "/" + to_string(w.launcher) + "-" + job_name(getenv);
   file_store meeting(*place, cfg.timeout);
   if (w.rank == 0) {
     auto server = std::make_unique<tcp_store_server>("127.0.0.1", 0, token);
@@ -79,7 +104,7 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
     // Someone else runs the store: every rank is a client.
     j.kv = make_tcp_store(addr->host, addr->port, false, cfg.timeout, token);
   } else if (j.world.master_port == 0 && j.world.single_node()) {
-    j.kv = meet_on_this_node(j.world, cfg, token, &meeting_place);
+    j.kv = meet_on_this_node(j.world, cfg, token, getenv, &meeting_place);
     log(log_level::info, "rank " + std::to_string(j.world.rank) + ": no master port from " +
                              to_string(j.world.launcher) + "; ranks met through " + meeting_place);
   } else {
