@@ -15,6 +15,26 @@
 //  * destroying an incomplete request cancels it: once the destructor returns, the transport no
 //    longer touches the buffer.
 // A backend may also offer native collectives, detected at compile time (has_native_* below).
+//
+// Memory. A backend moves host memory, or declares `static constexpr bool moves_device_memory =
+// true` (NCCL: CUDA memory; tensors must then be memory_kind::cuda). The point-to-point strategies
+// touch buffers only through a memory operations policy chosen at compile time
+// (strategy::detail::memory_of): on a host backend the inline host kernels of core/reduce.hpp and
+// a scratch buffer of the strategy, exactly as if they were called directly; on a device backend
+// the object returned by `b.memory()`, with
+//   void copy(void* dst, const void* src, std::size_t bytes);
+//   void combine(void* dst, const void* a, const void* b, std::size_t count, dtype, reduce_op);
+//   void divide(void* dst, const void* src, std::size_t count, dtype, std::size_t divisor);
+//   void fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype,
+//             reduce_op);                       // in: a host array of device pointers
+//   unsigned char* scratch(std::size_t bytes);  // grow-only device buffer of the backend
+//   void complete(deadline until);              // the work enqueued so far has finished
+// with core/reduce.hpp's semantics (fold rounds after every step, so results match bit for bit).
+// The operations may be asynchronous, but must be ordered with the backend's sends and receives
+// (NCCL: one stream). On a device backend the strategies also assume NCCL's point-to-point
+// behaviour (operations issued as one group at the first wait, groups completing in order) and
+// post round by round (strategy::detail::lockstep). Without memory(), strategy::native is the only
+// strategy that compiles on a device backend.
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,7 @@
 // The CUDA side of the NCCL backend, on one GPU: the reduction kernels and the batched pack/unpack
 // against the host kernels (every dtype and op, odd sizes, pointers one element off alignment),
-// device Tensor Fusion, and NCCL's collectives and send/recv on a one-rank communicator.
+// device Tensor Fusion, NCCL's collectives and send/recv on a one-rank communicator, the memory
+// operations of the point-to-point strategies, and ring, tree and parameter_server over NCCL.
 // Without a CUDA device the program prints why and exits 77, which ctest reports as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cuda_runtime_api.h>
@@ -14,8 +15,10 @@
 #include "distcomm/backends/cuda_fusion.hpp"
 #include "distcomm/backends/cuda_kernels.hpp"
 #include "distcomm/backends/nccl.hpp"
+#include "distcomm/communicator.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/fusion/none.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
 
 namespace dc = distcomm;
@@ -245,6 +248,107 @@ TEST_CASE("one-rank NCCL collectives, send/recv to self, and device fusion") {
   CHECK(got[6] == -0.5f);
   cuda_ok(cudaMemcpy(got.data(), dz.at(0), z.size() * 4, cudaMemcpyDeviceToHost));
   CHECK(got[3999] == 4.0f);
+}
+
+TEST_CASE("nccl_memory: fold, copy and divide match the host kernels; scratch is device memory") {
+  dc::hash_store kv(std::chrono::seconds(30));
+  dc::nccl_backend b(kv, 0, 1, 0, std::chrono::seconds(60));
+  dc::nccl_memory m = b.memory();
+  const auto until = [] { return dc::deadline_after(std::chrono::seconds(60)); };
+  constexpr std::size_t n = 4099;
+  for (dc::dtype t : dc::all_dtypes) {
+    CAPTURE(dc::to_string(t));
+    const std::size_t es = dc::dtype_size(t);
+    std::vector<std::vector<unsigned char>> host;
+    for (int q = 0; q < 4; ++q) host.push_back(values(t, n, q + 3));
+    device_bytes d(4 * n * es), dst(n * es);
+    for (std::size_t q = 0; q < 4; ++q) {
+      cuda_ok(cudaMemcpy(d.at(q * n * es), host[q].data(), n * es, cudaMemcpyHostToDevice));
+    }
+    for (dc::reduce_op op : dc::all_reduce_ops) {
+      CAPTURE(dc::to_string(op));
+      for (std::size_t inputs = 1; inputs <= 4; ++inputs) {
+        CAPTURE(inputs);
+        std::vector<const void*> hin, din;
+        for (std::size_t q = 0; q < inputs; ++q) {
+          hin.push_back(host[q].data());
+          din.push_back(d.at(q * n * es));
+        }
+        std::vector<unsigned char> want(n * es);
+        dc::fold(want.data(), hin.data(), inputs, n, t, op);
+        m.fold(dst.at(0), din.data(), inputs, n, t, op);
+        m.complete(until());
+        CHECK(to_host(dst.at(0), n * es) == want);
+        if (inputs >= 3) {  // in place into the last input but one, as the strategies fold
+          unsigned char* alias = d.at((inputs - 2) * n * es);
+          m.fold(alias, din.data(), inputs, n, t, op);
+          m.complete(until());
+          CHECK(to_host(alias, n * es) == want);
+          cuda_ok(cudaMemcpy(alias, host[inputs - 2].data(), n * es, cudaMemcpyHostToDevice));
+        }
+      }
+    }
+    std::vector<unsigned char> want(n * es);
+    dc::divide(want.data(), host[0].data(), n, t, 3);
+    m.divide(dst.at(0), d.at(0), n, t, 3);
+    m.complete(until());
+    CHECK(to_host(dst.at(0), n * es) == want);
+    m.copy(dst.at(0), d.at(n * es), n * es);
+    m.complete(until());
+    CHECK(to_host(dst.at(0), n * es) == host[1]);
+  }
+  unsigned char* s = m.scratch(100);
+  cudaPointerAttributes attr{};
+  cuda_ok(cudaPointerGetAttributes(&attr, s));
+  CHECK(attr.type == cudaMemoryTypeDevice);
+  CHECK(m.scratch(50) == s);                            // reused while large enough
+  cuda_ok(cudaMemset(m.scratch(1 << 20), 0, 1 << 20));  // grown
+}
+
+// ring, tree and parameter_server through the communicator on the NCCL backend: one rank, so
+// the result is the input, copied out of place; reduce_scatter, allgather, broadcast and barrier
+// go through the point-to-point paths too.
+template <class S>
+void one_rank_strategy() {
+  dc::hash_store kv(std::chrono::seconds(30));
+  dc::config c;
+  c.timeout = std::chrono::seconds(60);
+  c.segment_bytes = 256;
+  dc::communicator<dc::nccl_backend, S, dc::fusion::none> comm(
+      dc::nccl_backend(kv, 0, 1, 0, std::chrono::seconds(60)), c);
+  for (dc::dtype t : dc::all_dtypes) {
+    CAPTURE(dc::to_string(t));
+    const std::size_t es = dc::dtype_size(t);
+    for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{301}, std::size_t{5000}}) {
+      CAPTURE(n);
+      const auto a = values(t, n, 9);
+      device_bytes din(n * es), dout(n * es);
+      cuda_ok(cudaMemcpy(din.at(0), a.data(), n * es, cudaMemcpyHostToDevice));
+      for (dc::reduce_op op : {dc::reduce_op::sum, dc::reduce_op::avg, dc::reduce_op::max}) {
+        CAPTURE(dc::to_string(op));
+        cuda_ok(cudaMemset(dout.at(0), 0, n * es));
+        comm.allreduce(dc::cuda_view(din.at(0), n, t, 0), dc::cuda_view(dout.at(0), n, t, 0), op);
+        CHECK(to_host(dout.at(0), n * es) == a);
+        comm.allreduce(dc::cuda_view(dout.at(0), n, t, 0), op);  // in place
+        CHECK(to_host(dout.at(0), n * es) == a);
+      }
+      cuda_ok(cudaMemset(dout.at(0), 0, n * es));
+      comm.reduce_scatter(dc::cuda_view(din.at(0), n, t, 0), dc::cuda_view(dout.at(0), n, t, 0));
+      CHECK(to_host(dout.at(0), n * es) == a);
+      cuda_ok(cudaMemset(dout.at(0), 0, n * es));
+      comm.allgather(dc::cuda_view(din.at(0), n, t, 0), dc::cuda_view(dout.at(0), n, t, 0));
+      CHECK(to_host(dout.at(0), n * es) == a);
+      comm.broadcast(dc::cuda_view(din.at(0), n, t, 0), 0);
+      CHECK(to_host(din.at(0), n * es) == a);
+    }
+  }
+  comm.barrier();
+}
+
+TEST_CASE("strategy ring on the NCCL backend") { one_rank_strategy<dc::strategy::ring>(); }
+TEST_CASE("strategy tree on the NCCL backend") { one_rank_strategy<dc::strategy::tree>(); }
+TEST_CASE("strategy parameter_server on the NCCL backend") {
+  one_rank_strategy<dc::strategy::parameter_server>();
 }
 
 int main(int argc, char** argv) {

@@ -109,6 +109,12 @@ struct nccl_state {
   cudaStream_t stream = nullptr;
   std::chrono::duration<double> timeout{300};
   void* barrier_scratch = nullptr;  // one int on the device
+  // nccl_memory's buffers: the strategies' scratch and the accumulator of fold.
+  void* scratch = nullptr;
+  std::size_t scratch_bytes = 0;
+  void* fold_acc = nullptr;
+  std::size_t fold_acc_bytes = 0;
+  cudaEvent_t complete_event = nullptr;  // nccl_memory::complete
 
   std::mutex mutex;  // guards the fields below
   std::atomic<bool> aborted{false};
@@ -126,6 +132,9 @@ struct nccl_state {
   ~nccl_state() {
     cudaSetDevice(device);
     if (barrier_scratch != nullptr) cudaFree(barrier_scratch);
+    if (scratch != nullptr) cudaFree(scratch);
+    if (fold_acc != nullptr) cudaFree(fold_acc);
+    if (complete_event != nullptr) cudaEventDestroy(complete_event);
     if (owned && comm != nullptr && !aborted) {
       // Finalize flushes NCCL's outstanding work; bounded, then destroy (or abort on timeout).
       ncclCommFinalize(comm);
@@ -437,6 +446,82 @@ void nccl_backend::native_allgather(const void* in, void* out, std::size_t send_
 void nccl_backend::native_broadcast(void* data, std::size_t count, dtype t, int root,
                                     deadline until) {
   ibroadcast(data, count, t, root, stream()).wait(until);
+}
+
+nccl_memory nccl_backend::memory() {
+  state_->use_device();
+  return nccl_memory(state_.get());
+}
+
+namespace {
+
+// Grows a device buffer to at least `bytes`. Strategies ask for scratch at the start of a
+// collective, and fold's accumulator is largest at its first call in one, so the old buffer is
+// idle by then; the stream is synchronised anyway before it is freed.
+void* grow(void*& buffer, std::size_t& capacity, std::size_t bytes, cudaStream_t stream) {
+  if (bytes > capacity) {
+    if (buffer != nullptr) {
+      detail::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      detail::check_cuda(cudaFree(buffer), "cudaFree");
+      buffer = nullptr;
+      capacity = 0;
+    }
+    detail::check_cuda(cudaMalloc(&buffer, bytes), "cudaMalloc");
+    capacity = bytes;
+  }
+  return buffer;
+}
+
+}  // namespace
+
+void nccl_memory::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  detail::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s_->stream),
+                     "cudaMemcpyAsync");
+}
+
+void nccl_memory::combine(void* dst, const void* a, const void* b, std::size_t count, dtype t,
+                          reduce_op op) {
+  cuda::combine(dst, a, b, count, t, op, s_->stream);
+}
+
+void nccl_memory::divide(void* dst, const void* src, std::size_t count, dtype t,
+                         std::size_t divisor) {
+  cuda::divide(dst, src, count, t, divisor, s_->stream);
+}
+
+void nccl_memory::fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
+                       reduce_op op) {
+  if (n == 0) throw invalid_argument_error("nccl: fold of no inputs");
+  if (count == 0) return;
+  if (n == 1) return copy(dst, in[0], count * dtype_size(t));
+  if (n == 2) return combine(dst, in[0], in[1], count, t, op);
+  // As distcomm::fold: the accumulator is not dst, which may be an input not read yet.
+  void* acc = grow(s_->fold_acc, s_->fold_acc_bytes, count * dtype_size(t), s_->stream);
+  combine(acc, in[0], in[1], count, t, op);
+  for (std::size_t r = 2; r + 1 < n; ++r) combine(acc, acc, in[r], count, t, op);
+  combine(dst, acc, in[n - 1], count, t, op);
+}
+
+unsigned char* nccl_memory::scratch(std::size_t bytes) {
+  return static_cast<unsigned char*>(grow(s_->scratch, s_->scratch_bytes, bytes, s_->stream));
+}
+
+void nccl_memory::complete(deadline until) {
+  detail::nccl_state& s = *s_;
+  if (s.complete_event == nullptr) {
+    detail::check_cuda(cudaEventCreateWithFlags(&s.complete_event, cudaEventDisableTiming),
+                       "cudaEventCreate");
+  }
+  detail::check_cuda(cudaEventRecord(s.complete_event, s.stream), "cudaEventRecord");
+  const bool done = detail::poll_until(until, [&] {
+    if (s.aborted) s.throw_aborted("a point-to-point collective");
+    const cudaError_t e = cudaEventQuery(s.complete_event);
+    if (e == cudaErrorNotReady) return false;
+    detail::check_cuda(e, "cudaEventQuery");
+    return true;
+  });
+  if (!done) s.timed_out("the reductions and copies of a point-to-point collective");
 }
 
 // NCCL has no barrier: an allreduce of one integer, waited on, is one.

@@ -1,14 +1,20 @@
 // The point-to-point algorithms behind the strategies, written once against the backend contract
-// (backend.hpp). Type-specific arithmetic goes through combine / divide / fold, so these
-// templates depend on the backend only. Not part of the public API.
+// (backend.hpp). Every copy, reduction and scratch allocation goes through the memory operations
+// policy of the backend (memory_of in detail.hpp): inline host kernels for host memory, the
+// backend's own device operations for device memory. Not part of the public API.
+//
+// Device-memory backends queue their sends and receives and issue them as one group at the first
+// wait (lockstep, detail.hpp). Where posting ahead would put a receive in a group that can only
+// complete after a later group of the same or another rank, the algorithm has a lockstep variant;
+// each such place says why the other algorithms need none. The argument throughout: if every
+// group's sends and receives are matched by groups of the peers that are issued without waiting
+// for anything later, then by induction on the group index every group completes.
 #pragma once
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "distcomm/core/partition.hpp"
-#include "distcomm/core/reduce.hpp"
 #include "distcomm/strategy/detail.hpp"
 
 namespace distcomm::strategy::detail {
@@ -21,13 +27,15 @@ struct reduce_args {
   deadline until;
 };
 
-inline void copy_elems(void* dst, const void* src, std::size_t count, dtype t) {
-  if (count != 0 && dst != src) std::memcpy(dst, src, count * dtype_size(t));
+template <class M>
+void copy_elems(M&& m, void* dst, const void* src, std::size_t count, dtype t) {
+  if (count != 0 && dst != src) m.copy(dst, src, count * dtype_size(t));
 }
 
-inline void finish_avg(void* data, std::size_t count, const reduce_args& a, int p) {
+template <class M>
+void finish_avg(M&& m, void* data, std::size_t count, const reduce_args& a, int p) {
   if (a.op == reduce_op::avg && count != 0) {
-    divide(data, data, count, a.type, static_cast<std::size_t>(p));
+    m.divide(data, data, count, a.type, static_cast<std::size_t>(p));
   }
 }
 
@@ -35,23 +43,28 @@ inline void finish_avg(void* data, std::size_t count, const reduce_args& a, int 
 // ends with the fully reduced chunk r in `owned`. Segmented and pipelined: a segment is forwarded
 // to the right neighbour as soon as it is reduced, while later segments are still arriving.
 // At step s rank r sends chunk r-s-1 and receives chunk r-s-2, so the last chunk it reduces is r.
+// Lockstep needs no variant: a step's receives are all waited on before anything of the next step
+// is, so the group issued at a step's first wait holds exactly that step's receives from the left
+// and the sends to the right posted during the previous step, which the right neighbour's group
+// of the same step receives.
 template <class B>
 void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count, const reduce_args& a,
                          scratch& s) {
   using request = typename B::request;
+  auto&& m = memory_of(b, s);
   const int p = b.size();
   const int r = b.rank();
   const std::size_t es = dtype_size(a.type);
   const auto pp = static_cast<std::size_t>(p);
   if (p == 1) {
-    copy_elems(owned, in, count, a.type);
+    copy_elems(m, owned, in, count, a.type);
     return;
   }
   const int right = mod(r + 1, p);
   const int left = mod(r - 1, p);
   const std::size_t max_chunk = partition(count, pp, 0).count;
   unsigned char* buf[2];
-  buf[0] = s.get(2 * max_chunk * es + 1);
+  buf[0] = m.scratch(2 * max_chunk * es + 1);
   buf[1] = buf[0] + max_chunk * es;
   const auto chunk = [&](int c) {
     return partition(count, pp, static_cast<std::size_t>(mod(c, p)));
@@ -91,9 +104,9 @@ void ring_reduce_scatter(B& b, const void* in, void* owned, std::size_t count, c
       const std::size_t n = len(c, k);
       recvs[k].wait(a.until);
       unsigned char* acc = last ? bytes_at(owned, k * a.seg, es) : rb + k * a.seg * es;
-      combine(acc, bytes_at(in, c.begin + k * a.seg, es), rb + k * a.seg * es, n, a.type, a.op);
+      m.combine(acc, bytes_at(in, c.begin + k * a.seg, es), rb + k * a.seg * es, n, a.type, a.op);
       if (last) {
-        finish_avg(acc, n, a, p);
+        finish_avg(m, acc, n, a, p);
         continue;
       }
       next_sends.push_back(b.isend(acc, n * es, right, tag_ring_reduce_scatter));
@@ -127,6 +140,27 @@ void ring_allgather(B& b, void* out, std::size_t count, dtype t, std::size_t seg
   const auto len = [&](const block& c, std::size_t k) { return std::min(seg, c.count - k * seg); };
 
   std::vector<request> recvs, sends;
+  if constexpr (lockstep<B>) {
+    // Posting every receive up front would put them all in the first group, which then waits for
+    // the left neighbour to forward chunks it can only forward once its own first group (waiting
+    // the same way) completed: a cycle around the ring. Step by step instead: receive chunk
+    // r-st-1 from the left while sending chunk r-st (received at the step before) to the right.
+    for (int st = 0; st < p - 1; ++st) {
+      const block rc = chunk(r - st - 1);
+      const block sc = chunk(r - st);
+      for (std::size_t k = 0; k < segments_of(rc.count, seg); ++k) {
+        recvs.push_back(b.irecv(bytes_at(out, rc.begin + k * seg, es), len(rc, k) * es, left,
+                                tag_ring_allgather));
+      }
+      for (std::size_t k = 0; k < segments_of(sc.count, seg); ++k) {
+        sends.push_back(b.isend(bytes_at(out, sc.begin + k * seg, es), len(sc, k) * es, right,
+                                tag_ring_allgather));
+      }
+      wait_all(recvs, until);
+      wait_all(sends, until);
+    }
+    return;
+  }
   for (int st = 0; st < p - 1; ++st) {
     const block c = chunk(r - st - 1);
     for (std::size_t k = 0; k < segments_of(c.count, seg); ++k) {
@@ -163,12 +197,13 @@ template <class B, class Done>
 void gather_fold(B& b, const void* own, void* dst, std::size_t count, tag_t tag,
                  const reduce_args& a, scratch& s, Done&& done) {
   using request = typename B::request;
+  auto&& m = memory_of(b, s);
   const int p = b.size();
   const int r = b.rank();
   const std::size_t es = dtype_size(a.type);
   const auto pp = static_cast<std::size_t>(p);
   const std::size_t slot_bytes = a.seg * es;
-  unsigned char* slots = s.get(2 * pp * slot_bytes + 1);
+  unsigned char* slots = m.scratch(2 * pp * slot_bytes + 1);
   const auto slot = [&](std::size_t k, int q) {
     return slots + ((k % 2) * pp + static_cast<std::size_t>(q)) * slot_bytes;
   };
@@ -190,10 +225,94 @@ void gather_fold(B& b, const void* own, void* dst, std::size_t count, tag_t tag,
           q == r ? static_cast<const void*>(bytes_at(own, k * a.seg, es)) : slot(k, q);
     }
     unsigned char* out = bytes_at(dst, k * a.seg, es);
-    fold(out, inputs.data(), pp, n, a.type, a.op);
-    finish_avg(out, n, a, p);
+    m.fold(out, inputs.data(), pp, n, a.type, a.op);
+    finish_avg(m, out, n, a, p);
     if (k + 2 < nseg) post(k + 2);
     done(out, n);
+  }
+}
+
+// The lockstep form of the ordered reduce-scatter and of the parameter server. Shard j of `in`
+// (partition(count, servers, j)) is reduced by rank j. Round i sends segment i of every shard to
+// its server and receives segment i of this rank's shard from every rank; when `out` is given
+// (the parameter server), it also sends segment i-1 of the reduced shard back to every rank and
+// receives segment i-1 of every other shard into `out`. A round is one group: everything it
+// receives was sent by the peers' groups of the same round from data complete before that round,
+// so round i completes once every rank finished round i-1 (induction on i). Per pair of ranks the
+// results are posted before the pushes on both sides, the order in which NCCL (which has no tags)
+// matches them. The own shard is folded in rank order into `own` (nullptr on a rank that serves
+// none) and finished for avg.
+template <class B>
+void shards_lockstep(B& b, const void* in, void* own, void* out, std::size_t count, int servers,
+                     tag_t push_tag, const reduce_args& a, scratch& s) {
+  using request = typename B::request;
+  auto&& m = memory_of(b, s);
+  const int p = b.size();
+  const int r = b.rank();
+  const std::size_t es = dtype_size(a.type);
+  const auto pp = static_cast<std::size_t>(p);
+  const auto shard = [&](int j) {
+    return partition(count, static_cast<std::size_t>(servers), static_cast<std::size_t>(j));
+  };
+  const auto len = [&](const block& c, std::size_t i) {
+    return std::min(a.seg, c.count - i * a.seg);
+  };
+  const bool serves = r < servers;
+  const block mine = serves ? shard(r) : block{};
+  const std::size_t own_segments = segments_of(mine.count, a.seg);
+  const std::size_t rounds = segments_of(shard(0).count, a.seg);  // shard 0 is the largest
+  const std::size_t slot_bytes = a.seg * es;
+  unsigned char* slots = serves ? m.scratch(pp * slot_bytes + 1) : nullptr;
+  std::vector<const void*> inputs(pp);
+  std::vector<request> requests;
+  for (std::size_t i = 0; i <= rounds; ++i) {
+    if (out != nullptr && i > 0) {
+      const std::size_t prev = i - 1;
+      if (serves && prev < own_segments) {
+        for (int q = 0; q < p; ++q) {
+          if (q != r) {
+            requests.push_back(
+                b.isend(bytes_at(own, prev * a.seg, es), len(mine, prev) * es, q, tag_ps_pull));
+          }
+        }
+      }
+      for (int j = 0; j < servers; ++j) {
+        const block c = shard(j);
+        if (j != r && prev < segments_of(c.count, a.seg)) {
+          requests.push_back(b.irecv(bytes_at(out, c.begin + prev * a.seg, es), len(c, prev) * es,
+                                     j, tag_ps_pull));
+        }
+      }
+    }
+    if (i < rounds) {
+      for (int j = 0; j < servers; ++j) {
+        const block c = shard(j);
+        if (j != r && i < segments_of(c.count, a.seg)) {
+          requests.push_back(
+              b.isend(bytes_at(in, c.begin + i * a.seg, es), len(c, i) * es, j, push_tag));
+        }
+      }
+      if (i < own_segments) {
+        for (int q = 0; q < p; ++q) {
+          if (q != r) {
+            requests.push_back(b.irecv(slots + static_cast<std::size_t>(q) * slot_bytes,
+                                       len(mine, i) * es, q, push_tag));
+          }
+        }
+      }
+    }
+    wait_all(requests, a.until);
+    if (i < own_segments) {
+      for (int q = 0; q < p; ++q) {
+        inputs[static_cast<std::size_t>(q)] =
+            q == r ? static_cast<const void*>(bytes_at(in, mine.begin + i * a.seg, es))
+                   : slots + static_cast<std::size_t>(q) * slot_bytes;
+      }
+      unsigned char* dst = bytes_at(own, i * a.seg, es);
+      const std::size_t n = len(mine, i);
+      m.fold(dst, inputs.data(), pp, n, a.type, a.op);
+      finish_avg(m, dst, n, a, p);
+    }
   }
 }
 
@@ -210,8 +329,11 @@ void ordered_reduce_scatter(B& b, const void* in, void* owned, std::size_t count
   const auto pp = static_cast<std::size_t>(p);
   const block mine = partition(count, pp, static_cast<std::size_t>(r));
   if (p == 1) {
-    copy_elems(owned, in, count, a.type);
+    copy_elems(memory_of(b, s), owned, in, count, a.type);
     return;
+  }
+  if constexpr (lockstep<B>) {
+    return shards_lockstep(b, in, owned, nullptr, count, p, tag_ordered, a, s);
   }
   const auto len = [&](const block& c, std::size_t k) {
     return std::min(a.seg, c.count - k * a.seg);
@@ -233,15 +355,22 @@ void ordered_reduce_scatter(B& b, const void* in, void* owned, std::size_t count
 // Pipelined binary tree: segments are reduced up to rank 0 (each node combines its own data with
 // its children's, in that order), then broadcast down. Rank 0's result is copied to everyone, so
 // all ranks hold the same bits.
+// Lockstep needs no variant. Going up, data only flows towards the root: the group a node issues
+// while waiting for segment k holds sends of segments before k, whose receives the parent posted
+// two segments ahead and issues no later than its own wait for them, which needs nothing the node
+// has not already sent. A leaf's single group of sends completes as its parent's groups drain it
+// in order. Going down, a node's receives form one group filled by its parent's sends, which its
+// parent posts once its own receives completed: store and forward per level, no cycle.
 template <class B>
 void tree_allreduce(B& b, const void* in, void* out, std::size_t count, const reduce_args& a,
                     scratch& s) {
   using request = typename B::request;
+  auto&& m = memory_of(b, s);
   const int p = b.size();
   const int r = b.rank();
   const std::size_t es = dtype_size(a.type);
   if (p == 1 || count == 0) {
-    copy_elems(out, in, count, a.type);
+    copy_elems(m, out, in, count, a.type);
     return;
   }
   const int parent = (r - 1) / 2;
@@ -253,7 +382,7 @@ void tree_allreduce(B& b, const void* in, void* out, std::size_t count, const re
   const std::size_t nseg = segments_of(count, a.seg);
   const auto len = [&](std::size_t k) { return std::min(a.seg, count - k * a.seg); };
   const std::size_t slot_bytes = a.seg * es;
-  unsigned char* slots = s.get(4 * slot_bytes + 1);
+  unsigned char* slots = m.scratch(4 * slot_bytes + 1);
   const auto slot = [&](std::size_t k, int i) {
     return slots + ((k % 2) * 2 + static_cast<std::size_t>(i)) * slot_bytes;
   };
@@ -275,15 +404,15 @@ void tree_allreduce(B& b, const void* in, void* out, std::size_t count, const re
       continue;
     }
     recvs[k % 2][0].wait(a.until);
-    combine(dst, src, slot(k, 0), n, a.type, a.op);
+    m.combine(dst, src, slot(k, 0), n, a.type, a.op);
     if (nk == 2) {
       recvs[k % 2][1].wait(a.until);
-      combine(dst, dst, slot(k, 1), n, a.type, a.op);
+      m.combine(dst, dst, slot(k, 1), n, a.type, a.op);
     }
     recvs[k % 2].clear();
     if (k + 2 < nseg) post(k + 2);
     if (r == 0) {
-      finish_avg(dst, n, a, p);
+      finish_avg(m, dst, n, a, p);
     } else {
       sends.push_back(b.isend(dst, n * es, parent, tag_tree_up));
     }
@@ -306,7 +435,8 @@ void tree_allreduce(B& b, const void* in, void* out, std::size_t count, const re
   wait_all(sends, a.until);
 }
 
-// Pipelined binary-tree broadcast from `root` (ranks renumbered so the root is 0).
+// Pipelined binary-tree broadcast from `root` (ranks renumbered so the root is 0). In lockstep a
+// node's receives form one group, filled by the parent's sends: store and forward per level.
 template <class B>
 void tree_broadcast(B& b, void* data, std::size_t count, dtype t, int root, std::size_t seg,
                     deadline until) {
@@ -335,16 +465,24 @@ void tree_broadcast(B& b, void* data, std::size_t count, dtype t, int root, std:
   wait_all(sends, until);
 }
 
-// Dissemination barrier: ceil(log2 p) rounds of one tiny message each way.
+// Dissemination barrier: ceil(log2 p) rounds of one tiny message each way. Each round is one
+// group in lockstep, matched by the same round on the two peers.
 template <class B>
-void dissemination_barrier(B& b, deadline until) {
+void dissemination_barrier(B& b, deadline until, scratch& s) {
   const int p = b.size();
   const int r = b.rank();
   unsigned char token_out = 1;
   unsigned char token_in = 0;
+  unsigned char* out = &token_out;
+  unsigned char* in = &token_in;
+  if constexpr (moves_device_memory<B>::value) {
+    // The transport takes device memory only; the tokens' values are never read.
+    out = memory_of(b, s).scratch(2);
+    in = out + 1;
+  }
   for (int d = 1; d < p; d *= 2) {
-    auto rr = b.irecv(&token_in, 1, mod(r - d, p), tag_barrier);
-    auto sr = b.isend(&token_out, 1, mod(r + d, p), tag_barrier);
+    auto rr = b.irecv(in, 1, mod(r - d, p), tag_barrier);
+    auto sr = b.isend(out, 1, mod(r + d, p), tag_barrier);
     rr.wait(until);
     sr.wait(until);
   }
@@ -361,12 +499,16 @@ void ps_allreduce(B& b, const void* in, void* out, std::size_t count, int k, con
   const int r = b.rank();
   const std::size_t es = dtype_size(a.type);
   if (p == 1) {
-    copy_elems(out, in, count, a.type);
+    copy_elems(memory_of(b, s), out, in, count, a.type);
     return;
   }
   const auto shard = [&](int j) {
     return partition(count, static_cast<std::size_t>(k), static_cast<std::size_t>(j));
   };
+  if constexpr (lockstep<B>) {
+    void* own = r < k ? static_cast<void*>(bytes_at(out, shard(r).begin, es)) : nullptr;
+    return shards_lockstep(b, in, own, out, count, k, tag_ps_push, a, s);
+  }
   const auto len = [&](const block& c, std::size_t m) {
     return std::min(a.seg, c.count - m * a.seg);
   };

@@ -45,13 +45,16 @@ class automatic : public p2p_base {
   // The algorithm this strategy uses for a buffer of `bytes` on backend B.
   template <class B>
   algorithm choose(std::size_t bytes) {
-    if constexpr (strategy::detail::moves_device_memory<B>::value) {
-      // ring, tree and parameter_server reduce on the host: on device memory only the backend's
-      // own collectives apply, whatever the table says.
+    if constexpr (strategy::detail::moves_device_memory<B>::value && has_native_allreduce_v<B>) {
+      // A device-memory backend's own collectives (NCCL's) beat point-to-point rounds issued
+      // from the host at every size: use them whatever the table says. Deterministic mode is
+      // refused rather than silently switching algorithms; ring, tree and parameter_server
+      // honour it on device memory when asked for by name.
       if (deterministic_ && !distcomm::detail::native_is_deterministic<B>::value) {
         throw invalid_argument_error(std::string("strategy automatic: backend '") + B::name +
                                      "' moves device memory and does not reduce in rank order, "
-                                     "so DISTCOMM_DETERMINISTIC=1 is not available on it");
+                                     "so DISTCOMM_DETERMINISTIC=1 is not available on it; use "
+                                     "strategy ring, tree or parameter_server for it");
       }
       return algorithm::native;
     }
@@ -66,23 +69,28 @@ class automatic : public p2p_base {
   template <class B>
   void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
                  deadline until) {
-    switch (choose<B>(count * dtype_size(t))) {
-      case algorithm::tree:
-        return tree_.allreduce(b, in, out, count, t, op, until);
-      case algorithm::parameter_server:
-        return ps_.allreduce(b, in, out, count, t, op, until);
-      case algorithm::native:
-        if constexpr (has_native_allreduce_v<B>) {
-          return native_.allreduce(b, in, out, count, t, op, until);
-        } else {
-          throw invalid_argument_error(std::string("strategy automatic: the table '") +
-                                       table<B>().to_string() + "' names native, but backend '" +
-                                       B::name + "' has no native allreduce");
-        }
-      case algorithm::ring:
-        break;
+    if constexpr (strategy::detail::moves_device_memory<B>::value && has_native_allreduce_v<B>) {
+      choose<B>(count * dtype_size(t));  // always native; refuses deterministic mode
+      native_.allreduce(b, in, out, count, t, op, until);
+    } else {
+      switch (choose<B>(count * dtype_size(t))) {
+        case algorithm::tree:
+          return tree_.allreduce(b, in, out, count, t, op, until);
+        case algorithm::parameter_server:
+          return ps_.allreduce(b, in, out, count, t, op, until);
+        case algorithm::native:
+          if constexpr (has_native_allreduce_v<B>) {
+            return native_.allreduce(b, in, out, count, t, op, until);
+          } else {
+            throw invalid_argument_error(std::string("strategy automatic: the table '") +
+                                         table<B>().to_string() + "' names native, but backend '" +
+                                         B::name + "' has no native allreduce");
+          }
+        case algorithm::ring:
+          break;
+      }
+      ring_.allreduce(b, in, out, count, t, op, until);
     }
-    ring_.allreduce(b, in, out, count, t, op, until);
   }
 
   template <class B>

@@ -1,6 +1,8 @@
 // p2p_base: what every point-to-point strategy shares: configuration, scratch space, and the
 // collectives other than allreduce (ring reduce-scatter and allgather, tree broadcast,
-// dissemination barrier). A strategy derives from it and adds allreduce.
+// dissemination barrier). A strategy derives from it and adds allreduce. Every collective ends
+// with finish(), so that on a device-memory backend the work it enqueued is complete when it
+// returns, as after the backend's native collectives.
 #pragma once
 
 #include <algorithm>
@@ -28,26 +30,30 @@ class p2p_base {
     } else {
       detail::ring_reduce_scatter(b, in, out, count, a, scratch_);
     }
+    finish(b, until);
   }
 
   // in: send_count elements; out: send_count * size elements, rank order.
   template <class B>
   void allgather(B& b, const void* in, void* out, std::size_t send_count, dtype t, deadline until) {
     const std::size_t es = dtype_size(t);
-    detail::copy_elems(detail::bytes_at(out, static_cast<std::size_t>(b.rank()) * send_count, es),
+    detail::copy_elems(detail::memory_of(b, scratch_),
+                       detail::bytes_at(out, static_cast<std::size_t>(b.rank()) * send_count, es),
                        in, send_count, t);
     detail::ring_allgather(b, out, send_count * static_cast<std::size_t>(b.size()), t,
                            bounded_seg(t, send_count), until);
+    finish(b, until);
   }
 
   template <class B>
   void broadcast(B& b, void* data, std::size_t count, dtype t, int root, deadline until) {
     detail::tree_broadcast(b, data, count, t, root, bounded_seg(t, count), until);
+    finish(b, until);
   }
 
   template <class B>
   void barrier(B& b, deadline until) {
-    detail::dissemination_barrier(b, until);
+    detail::dissemination_barrier(b, until, scratch_);
   }
 
   bool deterministic() const noexcept { return deterministic_; }
@@ -74,6 +80,13 @@ class p2p_base {
     detail::ordered_reduce_scatter(b, in, detail::bytes_at(out, mine.begin, dtype_size(t)), count,
                                    a, scratch_);
     detail::ring_allgather(b, out, count, t, a.seg, until);
+    finish(b, until);
+  }
+
+  // Waits for the device work a collective enqueued (nothing on host memory).
+  template <class B>
+  void finish(B& b, deadline until) {
+    detail::memory_of(b, scratch_).complete(until);
   }
 
   std::size_t segment_bytes_;

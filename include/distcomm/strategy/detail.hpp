@@ -1,16 +1,22 @@
 // Building blocks shared by the strategies: message tags, a reusable scratch buffer, segment
-// arithmetic. Not part of the public API.
+// arithmetic, and the memory operations policy through which the algorithms touch buffers. Not
+// part of the public API.
 #pragma once
 
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "distcomm/backend.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/partition.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/core/reduce_op.hpp"
 
 namespace distcomm::strategy::detail {
 
@@ -50,6 +56,68 @@ class scratch {
   std::unique_ptr<unsigned char, deleter> data_;
   std::size_t size_ = 0;
 };
+
+// True when B declares `static constexpr bool moves_device_memory = true` (the NCCL backend).
+template <class B, class = void>
+struct moves_device_memory : std::false_type {};
+template <class B>
+struct moves_device_memory<B, std::enable_if_t<B::moves_device_memory>> : std::true_type {};
+
+template <class, class = void>
+struct has_memory_ops : std::false_type {};
+template <class B>
+struct has_memory_ops<B, std::void_t<decltype(std::declval<B&>().memory())>> : std::true_type {};
+
+// The memory operations policy of a host-memory backend: the host kernels of core/reduce.hpp, and
+// scratch space owned by the strategy. Every member is an inline forwarder, so the algorithms
+// compile to the same calls as when they named these functions directly.
+class host_memory {
+ public:
+  explicit host_memory(detail::scratch& s) noexcept : s_(&s) {}
+  static void copy(void* dst, const void* src, std::size_t bytes) {
+    if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+  }
+  static void combine(void* dst, const void* a, const void* b, std::size_t count, dtype t,
+                      reduce_op op) {
+    distcomm::combine(dst, a, b, count, t, op);
+  }
+  static void divide(void* dst, const void* src, std::size_t count, dtype t, std::size_t divisor) {
+    distcomm::divide(dst, src, count, t, divisor);
+  }
+  static void fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
+                   reduce_op op) {
+    distcomm::fold(dst, in, n, count, t, op);
+  }
+  unsigned char* scratch(std::size_t bytes) { return s_->get(bytes); }
+  static void complete(deadline) noexcept {}  // host work is done when the call returns
+
+ private:
+  detail::scratch* s_;
+};
+
+// The policy for backend B, chosen at compile time: host_memory over the strategy's scratch, or
+// the operations of a device-memory backend (`b.memory()`, see backend.hpp), which enqueue on the
+// backend's stream and own their scratch space.
+template <class B>
+decltype(auto) memory_of(B& b, scratch& s) {
+  if constexpr (moves_device_memory<B>::value) {
+    static_assert(has_memory_ops<B>::value,
+                  "a backend that moves device memory needs memory() (backend.hpp) for the "
+                  "point-to-point strategies; use strategy::native with it otherwise");
+    return b.memory();
+  } else {
+    return host_memory(s);
+  }
+}
+
+// On a device-memory backend, point-to-point operations are assumed to behave as NCCL's do: they
+// are queued, issued as one group at the first wait, a request completes with its whole group,
+// and groups run one after the other in stream order. A receive posted steps ahead of the send
+// that feeds it would then sit in a group that can only finish after a later group: so on such a
+// backend the algorithms post round by round, every round one group whose receives are matched by
+// the same round's sends on the peers (see algorithms.hpp).
+template <class B>
+inline constexpr bool lockstep = moves_device_memory<B>::value;
 
 inline std::size_t segment_elems(std::size_t segment_bytes, dtype t) noexcept {
   const std::size_t n = segment_bytes / dtype_size(t);

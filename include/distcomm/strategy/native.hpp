@@ -1,8 +1,9 @@
 // strategy::native: the backend's own collectives (MPI_Allreduce, gloo::allreduce, NCCL, the
 // local backend's shared-memory reduction). Using it with a backend that has no native allreduce
-// is a compile error. Collectives the backend lacks fall back to the point-to-point algorithms,
-// which work on host memory: on a backend whose buffers are device memory (moves_device_memory)
-// a fallback is refused instead.
+// is a compile error. Collectives the backend lacks fall back to the point-to-point algorithms on
+// host memory; on a backend whose buffers are device memory (moves_device_memory) a fallback is
+// refused instead (strategy::ring, tree and parameter_server run there on the backend's own
+// memory operations).
 #pragma once
 
 #include <string>
@@ -13,14 +14,6 @@
 #include "distcomm/strategy/base.hpp"
 
 namespace distcomm::strategy {
-
-namespace detail {
-// True when B declares `static constexpr bool moves_device_memory = true` (the NCCL backend).
-template <class B, class = void>
-struct moves_device_memory : std::false_type {};
-template <class B>
-struct moves_device_memory<B, std::enable_if_t<B::moves_device_memory>> : std::true_type {};
-}  // namespace detail
 
 class native {
  public:
@@ -54,7 +47,7 @@ class native {
         throw invalid_argument_error(std::string("strategy native: backend '") + B::name +
                                      "' moves device memory and does not reduce in rank order, "
                                      "so DISTCOMM_DETERMINISTIC=1 is not available on it; unset "
-                                     "it for this backend");
+                                     "it, or use strategy ring, tree or parameter_server");
       }
     }
     if constexpr (detail::moves_device_memory<B>::value) {

@@ -31,6 +31,7 @@ class parameter_server : public p2p_base {
                  deadline until) {
     // Servers already reduce in rank order, so deterministic mode changes nothing here.
     detail::ps_allreduce(b, in, out, count, servers(b.size()), args(t, op, count, until), scratch_);
+    finish(b, until);
   }
 
  private:

@@ -21,6 +21,7 @@ class ring : public p2p_base {
     detail::ring_reduce_scatter(b, in, detail::bytes_at(out, mine.begin, dtype_size(t)), count, a,
                                 scratch_);
     detail::ring_allgather(b, out, count, t, a.seg, until);
+    finish(b, until);
   }
 };
 

@@ -17,6 +17,7 @@ class tree : public p2p_base {
     // A tree's combine order is not rank order; deterministic mode uses the shared ordered path.
     if (deterministic_) return ordered_allreduce(b, in, out, count, t, op, until);
     detail::tree_allreduce(b, in, out, count, args(t, op, count, until), scratch_);
+    finish(b, until);
   }
 };
 

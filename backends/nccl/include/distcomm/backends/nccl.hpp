@@ -8,7 +8,11 @@
 // Point-to-point: NCCL has no tags, so a message matches the next receive posted for the same
 // peer, whatever its tag; sizes are not checked (NCCL requires equal sizes). Sends and receives
 // posted one after the other are queued and issued as one NCCL group when a request of them is
-// first tested or waited on, so a ring's "receive from left, send to right" cannot deadlock.
+// first tested or waited on, so a ring's "receive from left, send to right" cannot deadlock; a
+// request completes with its whole group, and groups run one after the other on the stream.
+// strategy::ring, tree and parameter_server run on this backend through memory() (copies and
+// CUDA reduction kernels on the same stream) and post their operations round by round so that
+// every group is matched by the peers' groups of the same round (strategy/algorithms.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -46,6 +50,30 @@ ncclRedOp_t nccl_redop(reduce_op op, dtype t, bool* divide_after);
 bytes share_from_rank0(store& kv, int rank, const std::string& key, std::size_t expected_bytes,
                        const std::function<bytes()>& make);
 }  // namespace detail
+
+// The memory operations of the point-to-point strategies (backend.hpp) on device memory: copies
+// (cudaMemcpyAsync) and the kernels of cuda_kernels.hpp, enqueued on the backend's stream, so they
+// are ordered with its sends and receives. Scratch space is one grow-only cudaMalloc buffer of
+// the backend, freed with it. A handle: copies share the backend's state.
+class nccl_memory {
+ public:
+  void copy(void* dst, const void* src, std::size_t bytes);
+  void combine(void* dst, const void* a, const void* b, std::size_t count, dtype t, reduce_op op);
+  void divide(void* dst, const void* src, std::size_t count, dtype t, std::size_t divisor);
+  // The same left fold, rounding after every step, as distcomm::fold: the same bits.
+  void fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
+            reduce_op op);
+  // At least `bytes` of device memory, reused by the next call (contents not kept on growth).
+  unsigned char* scratch(std::size_t bytes);
+  // Returns once the stream has run everything enqueued so far; timeout_error (the communicator
+  // is aborted) past `until`.
+  void complete(deadline until);
+
+ private:
+  friend class nccl_backend;
+  explicit nccl_memory(detail::nccl_state* s) noexcept : s_(s) {}
+  detail::nccl_state* s_;
+};
 
 // A pending NCCL operation. Move-only; empty (default-constructed) means complete.
 // test() and wait() throw peer_lost_error after abort(), timeout_error past the deadline (the
@@ -122,6 +150,8 @@ class nccl_backend {
 
   [[nodiscard]] nccl_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] nccl_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // Copies, reductions and scratch on stream() for the point-to-point strategies.
+  nccl_memory memory();
 
   // Fails every pending and future wait with peer_lost_error(reason). An owned communicator is
   // aborted (ncclCommAbort ends its kernels); an attached one is only marked: abort it yourself.
