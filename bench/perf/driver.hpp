@@ -37,6 +37,7 @@
 #include "distcomm/strategy/automatic.hpp"
 #include "distcomm/strategy/native.hpp"
 #include "distcomm/strategy/parameter_server.hpp"
+#include "distcomm/strategy/recursive_doubling.hpp"
 #include "distcomm/strategy/ring.hpp"
 #include "distcomm/strategy/tree.hpp"
 #include "options.hpp"
@@ -502,6 +503,8 @@ int run(Backend backend, const options& o, const process_env& env) {
       return runner<communicator<Backend, st::tree>>(std::move(backend), o, env).run();
     case strategy_kind::ps:
       return runner<communicator<Backend, st::parameter_server>>(std::move(backend), o, env).run();
+    case strategy_kind::rd:
+      return runner<communicator<Backend, st::recursive_doubling>>(std::move(backend), o, env).run();
     case strategy_kind::native:
       if constexpr (has_native_allreduce_v<Backend>) {
         return runner<communicator<Backend, st::native>>(std::move(backend), o, env).run();

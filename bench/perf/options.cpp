@@ -37,6 +37,7 @@ const std::map<std::string, strategy_kind> strategy_names = {{"native", strategy
                                                              {"ring", strategy_kind::ring},
                                                              {"tree", strategy_kind::tree},
                                                              {"ps", strategy_kind::ps},
+                                                             {"rd", strategy_kind::rd},
                                                              {"auto", strategy_kind::automatic}};
 
 template <class T>
@@ -106,6 +107,8 @@ const char* to_string(strategy_kind s) noexcept {
       return "tree";
     case strategy_kind::ps:
       return "ps";
+    case strategy_kind::rd:
+      return "rd";
     case strategy_kind::automatic:
       return "auto";
   }

@@ -13,7 +13,7 @@
 namespace distcomm::bench {
 
 enum class collective { allreduce, reduce_scatter, allgather, broadcast };
-enum class strategy_kind { native, ring, tree, ps, automatic };
+enum class strategy_kind { native, ring, tree, ps, rd, automatic };
 
 const char* to_string(collective c) noexcept;
 const char* to_string(strategy_kind s) noexcept;

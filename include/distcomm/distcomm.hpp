@@ -26,6 +26,7 @@
 #include "distcomm/strategy/automatic.hpp"
 #include "distcomm/strategy/native.hpp"
 #include "distcomm/strategy/parameter_server.hpp"
+#include "distcomm/strategy/recursive_doubling.hpp"
 #include "distcomm/strategy/ring.hpp"
 #include "distcomm/strategy/table.hpp"
 #include "distcomm/strategy/tree.hpp"

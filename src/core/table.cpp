@@ -37,6 +37,8 @@ const char* to_string(algorithm a) noexcept {
       return "ps";
     case algorithm::native:
       return "native";
+    case algorithm::recursive_doubling:
+      return "rd";
   }
   return "invalid-algorithm";
 }
@@ -123,8 +125,10 @@ algo_table algo_table::parse(const std::string& text, const std::string& source)
       r.algo = algorithm::parameter_server;
     } else if (name == "native") {
       r.algo = algorithm::native;
+    } else if (name == "rd" || name == "recursive_doubling") {
+      r.algo = algorithm::recursive_doubling;
     } else {
-      throw fail("names unknown algorithm '" + name + "' (known: ring, tree, ps, native)");
+      throw fail("names unknown algorithm '" + name + "' (known: ring, tree, ps, native, rd)");
     }
     const std::string range = item.substr(colon + 1);
     const auto dash = range.find('-');

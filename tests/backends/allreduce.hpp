@@ -10,6 +10,7 @@
 #include "distcomm/strategy/automatic.hpp"
 #include "distcomm/strategy/native.hpp"
 #include "distcomm/strategy/parameter_server.hpp"
+#include "distcomm/strategy/recursive_doubling.hpp"
 #include "distcomm/strategy/tree.hpp"
 
 namespace backend_suite {
@@ -178,6 +179,16 @@ TEST_CASE_TEMPLATE_DEFINE("allreduce tree: every dtype x op x count, in and out 
   E::run([](backend_suite::rank_context<B>& ctx) {
     backend_suite::allreduce_matrix<B, distcomm::strategy::tree>(
         ctx, backend_suite::suite_config<B>(), "tree");
+  });
+}
+
+TEST_CASE_TEMPLATE_DEFINE(
+    "allreduce recursive_doubling: every dtype x op x count, in and out of place", E,
+    backend_suite_rd) {
+  using B = typename E::backend;
+  E::run([](backend_suite::rank_context<B>& ctx) {
+    backend_suite::allreduce_matrix<B, distcomm::strategy::recursive_doubling>(
+        ctx, backend_suite::suite_config<B>(), "recursive_doubling");
   });
 }
 

@@ -155,6 +155,7 @@ void deterministic_mode(rank_context<B>& ctx) {
   std::uint64_t h = fnv_basis;
   deterministic_allreduce<B, strategy::ring>(ctx, cfg, "ring", h);
   deterministic_allreduce<B, strategy::tree>(ctx, cfg, "tree", h);
+  deterministic_allreduce<B, strategy::recursive_doubling>(ctx, cfg, "recursive_doubling", h);
   for (int servers : {1, 0}) {
     dc::config ps = cfg;
     ps.ps_servers = servers;

@@ -356,6 +356,9 @@ TEST_CASE("algo_table: the constructor sorts and validates") {
   CHECK_HAS(invalid_of([] { algo_table({{algorithm::ring, 10, 10}}); }), "empty range");
   CHECK(std::string(to_string(algorithm::parameter_server)) == "ps");
   CHECK(std::string(to_string(algorithm::native)) == "native");
+  CHECK(std::string(to_string(algorithm::recursive_doubling)) == "rd");
+  CHECK(algo_table::parse("rd:0-4K;recursive_doubling:4K-8K", "DISTCOMM_ALGO").to_string() ==
+        "rd:0-4K;rd:4K-8K");
 }
 
 // ---- parse_bytes -----------------------------------------------------------------------------

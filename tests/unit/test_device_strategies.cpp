@@ -478,6 +478,13 @@ TEST_CASE("tree on device memory") {
   }
 }
 
+TEST_CASE("recursive_doubling on device memory, with and without ranks folding in") {
+  for (int p : {2, 3, 4, 6}) {
+    CAPTURE(p);
+    run_all<dc::strategy::recursive_doubling>(p, settings(false));
+  }
+}
+
 TEST_CASE("parameter_server on device memory, one server and every rank serving") {
   for (int p : {2, 3}) {
     CAPTURE(p);

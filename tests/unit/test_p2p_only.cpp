@@ -72,7 +72,9 @@ TEST_CASE("every point-to-point strategy runs on a backend with no native collec
 TEST_CASE("automatic: built-in table without a backend table, the backend's own table otherwise") {
   dc::config c;
   dc::strategy::automatic a(c);
-  CHECK(a.choose<p2p_only>(0) == dc::algorithm::tree);
+  CHECK(a.choose<p2p_only>(0) == dc::algorithm::recursive_doubling);
+  CHECK(a.choose<p2p_only>(16383) == dc::algorithm::recursive_doubling);
+  CHECK(a.choose<p2p_only>(16384) == dc::algorithm::tree);
   CHECK(a.choose<p2p_only>(65535) == dc::algorithm::tree);
   CHECK(a.choose<p2p_only>(65536) == dc::algorithm::ring);
   CHECK(a.choose<p2p_only>(std::size_t{1} << 40) == dc::algorithm::ring);

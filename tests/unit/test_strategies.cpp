@@ -124,9 +124,9 @@ double representable(double v, dc::dtype t) {
 
 // ---- the case runner ------------------------------------------------------------------------
 
-enum class strat { ring, tree, ps1, ps2, ps_all, native, automatic };
-const strat all_strats[] = {strat::ring,   strat::tree,   strat::ps1,      strat::ps2,
-                            strat::ps_all, strat::native, strat::automatic};
+enum class strat { ring, tree, rd, ps1, ps2, ps_all, native, automatic };
+const strat all_strats[] = {strat::ring,   strat::tree,   strat::rd,     strat::ps1,
+                            strat::ps2,    strat::ps_all, strat::native, strat::automatic};
 
 const char* name(strat s) {
   switch (s) {
@@ -134,6 +134,8 @@ const char* name(strat s) {
       return "ring";
     case strat::tree:
       return "tree";
+    case strat::rd:
+      return "recursive_doubling";
     case strat::ps1:
       return "ps(k=1)";
     case strat::ps2:
@@ -182,6 +184,8 @@ void run_world(int p, strat s, dc::config c, const std::function<void(ops&, int)
         return run_as<dc::strategy::ring>(std::move(b), c, f);
       case strat::tree:
         return run_as<dc::strategy::tree>(std::move(b), c, f);
+      case strat::rd:
+        return run_as<dc::strategy::recursive_doubling>(std::move(b), c, f);
       case strat::ps1:
         c.ps_servers = 1;
         return run_as<dc::strategy::parameter_server>(std::move(b), c, f);

@@ -1,4 +1,5 @@
-// strategy::automatic: picks ring, tree, parameter_server or native per buffer size from a table.
+// strategy::automatic: picks ring, tree, parameter_server, recursive_doubling or native per buffer
+// size from a table.
 // The table is DISTCOMM_ALGO when set, else the backend's own `default_algo` when it declares
 // one, else builtin_table below. Sizes not covered by the table use ring.
 #pragma once
@@ -10,6 +11,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/strategy/native.hpp"
 #include "distcomm/strategy/parameter_server.hpp"
+#include "distcomm/strategy/recursive_doubling.hpp"
 #include "distcomm/strategy/ring.hpp"
 #include "distcomm/strategy/table.hpp"
 #include "distcomm/strategy/tree.hpp"
@@ -31,16 +33,18 @@ class automatic : public p2p_base {
  public:
   static constexpr const char* name = "automatic";
 
-  // For backends that declare no table of their own. Tree below 64 KiB, ring above: where the
-  // alpha-beta costs of the two cross for 8 ranks (tree ~(2 log2 p)·alpha + 4n·beta on its busiest
-  // node, ring 2(p-1)·alpha + 2(p-1)/p·n·beta, so n* ~ 3.6·alpha/beta) with alpha = 8 us and
-  // beta = 0.5 ns/B, the small-message latency and the large-message bandwidth of Open MPI over
-  // TCP loopback measured on the development VM (../peers results, mpi_tcp). Backends with their
-  // own measurements override it with `default_algo`; see docs/ARCHITECTURE.md.
-  static constexpr const char* builtin_table = "tree:0-64K;ring:64K-max";
+  // For backends that declare no table of their own. Recursive doubling up to 16 KiB (log2(p)
+  // latencies, the fewest; measured at 2 ranks it halved the ring's and the tree's latency up to
+  // 4 KiB on ucx and gloo), tree to 64 KiB, ring above: where the alpha-beta costs of tree and ring
+  // cross for 8 ranks (tree ~(2 log2 p)·alpha + 4n·beta on its busiest node, ring 2(p-1)·alpha +
+  // 2(p-1)/p·n·beta, so n* ~ 3.6·alpha/beta) with alpha = 8 us and beta = 0.5 ns/B, the
+  // small-message latency and the large-message bandwidth of Open MPI over TCP loopback measured
+  // on the development VM (../peers results, mpi_tcp). Backends with their own measurements
+  // override it with `default_algo`; see docs/ARCHITECTURE.md.
+  static constexpr const char* builtin_table = "rd:0-16K;tree:16K-64K;ring:64K-max";
 
   explicit automatic(const config& c)
-      : p2p_base(c), configured_(c.algo), ring_(c), tree_(c), ps_(c), native_(c) {}
+      : p2p_base(c), configured_(c.algo), ring_(c), tree_(c), ps_(c), rd_(c), native_(c) {}
 
   // The algorithm this strategy uses for a buffer of `bytes` on backend B.
   template <class B>
@@ -78,6 +82,8 @@ class automatic : public p2p_base {
           return tree_.allreduce(b, in, out, count, t, op, until);
         case algorithm::parameter_server:
           return ps_.allreduce(b, in, out, count, t, op, until);
+        case algorithm::recursive_doubling:
+          return rd_.allreduce(b, in, out, count, t, op, until);
         case algorithm::native:
           if constexpr (has_native_allreduce_v<B>) {
             return native_.allreduce(b, in, out, count, t, op, until);
@@ -113,6 +119,7 @@ class automatic : public p2p_base {
   ring ring_;
   tree tree_;
   parameter_server ps_;
+  recursive_doubling rd_;
   native native_;
 };
 

@@ -32,6 +32,7 @@ enum tags : tag_t {
   tag_broadcast = 7,
   tag_barrier = 8,
   tag_ordered = 9,
+  tag_recursive_doubling = 10,
 };
 
 // A grow-only, 64-byte aligned buffer owned by a strategy or fusion object and reused across

@@ -11,7 +11,7 @@
 
 namespace distcomm {
 
-enum class algorithm : std::uint8_t { ring, tree, parameter_server, native };
+enum class algorithm : std::uint8_t { ring, tree, parameter_server, native, recursive_doubling };
 
 const char* to_string(algorithm a) noexcept;
 
@@ -26,7 +26,8 @@ class algo_table {
   algo_table() = default;
   explicit algo_table(std::vector<algo_range> ranges);  // validated: sorted, non-overlapping
 
-  // Parses `name:lo-hi;name:lo-hi...`; names: ring, tree, ps (or parameter_server), native.
+  // Parses `name:lo-hi;name:lo-hi...`; names: ring, tree, ps (or parameter_server), native, rd
+  // (or recursive_doubling).
   // Throws invalid_argument_error quoting `source` (e.g. "DISTCOMM_ALGO") and the bad part.
   static algo_table parse(const std::string& text, const std::string& source);
 

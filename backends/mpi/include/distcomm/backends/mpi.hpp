@@ -73,8 +73,11 @@ class mpi_backend {
   // number of processes per node), so results may differ in the last bits from ring/tree.
   static constexpr bool native_is_deterministic = false;
   // MPI's collectives are tuned per size and topology by the MPI library itself (Open MPI's
-  // coll/tuned decision rules), so strategy::automatic defers to them for every size.
-  static constexpr const char* default_algo = "native:0-max";
+  // coll/tuned decision rules), so strategy::automatic defers to them, except below 64 KiB where
+  // our recursive doubling over MPI point-to-point beat the native MPI_Iallreduce (2 ranks, f32
+  // sum, in place: 8 B 0.60 vs 1.39 us, 4 KiB 2.84 vs 3.26 us, 64 KiB 14.0 vs 16.5 us; 4 ranks
+  // on 2 cores: 8 B 4.5 vs 6.4 us, 32 KiB 33.5 vs 37.2 us; at 128 KiB they tie).
+  static constexpr const char* default_algo = "rd:0-64K;native:64K-max";
 
   // How an adopted communicator is held.
   enum ownership {

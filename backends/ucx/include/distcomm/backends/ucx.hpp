@@ -110,6 +110,10 @@ class ucx_backend {
  public:
   using request = ucx_request;
   static constexpr const char* name = "ucx";
+  // strategy::automatic's table: recursive doubling while latency rules, the ring above (2 ranks,
+  // f32 sum, in place: 4 KiB rd 35 us, ring 65 us, tree 63 us; 32 KiB ring 77 us, rd 115 us, tree
+  // 204 us).
+  static constexpr const char* default_algo = "rd:0-16K;ring:16K-max";
 
   // Collective over the `size` ranks sharing `kv`: creates the UCP context and worker, publishes
   // the worker address under a prefix unique to this backend, connects to every peer and
