@@ -95,19 +95,20 @@ for ((round = 1; round <= rounds; ++round)); do
   for s in native ring; do
     run "bw_local_$s" "$bin/distcomm-bench-local" -np 2 "${bandwidth[@]}" --strategy $s
   done
-  for s in native ring; do
+  for s in native ring rd; do
     run "lat_mpi_$s" "${mpirun[@]}" "$bin/distcomm-bench-mpi" "${latency[@]}" --strategy $s \
       --peer mpi
     run "lat_gloo_$s" "$bin/distcomm-run" -np 2 "$bin/distcomm-bench-gloo" "${latency[@]}" \
       --strategy $s --peer gloo
   done
-  run lat_ucx_ring "${mpirun[@]}" "$bin/distcomm-bench-ucx" "${latency[@]}" --strategy ring \
-    --peer mpi
+  for s in ring rd; do
+    run "lat_ucx_$s" "${mpirun[@]}" "$bin/distcomm-bench-ucx" "${latency[@]}" --strategy $s \
+      --peer mpi
+  done
   run prof_gloo_native "$bin/distcomm-run" -np 2 "$bin/distcomm-bench-gloo" "${profile[@]}" \
     --strategy native --peer gloo --profile "$here/profiles/resnet50.txt"
-  run prof_gloo_native_cutoff4M env DISTCOMM_FUSION_CUTOFF=4M "$bin/distcomm-run" -np 2 \
-    "$bin/distcomm-bench-gloo" "${profile[@]}" --strategy native --peer gloo \
-    --profile "$here/profiles/resnet50.txt"
+  run prof_gloo_ring "$bin/distcomm-run" -np 2 "$bin/distcomm-bench-gloo" "${profile[@]}" \
+    --strategy ring --peer gloo --profile "$here/profiles/resnet50.txt"
   run prof_mpi_native "${mpirun[@]}" "$bin/distcomm-bench-mpi" "${profile[@]}" --strategy native \
     --peer mpi --profile "$here/profiles/resnet50.txt"
   run prof_local_ring "$bin/distcomm-bench-local" -np 2 "${profile[@]}" --strategy ring \
