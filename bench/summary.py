@@ -80,7 +80,7 @@ if tcp_bidir is not None:
 kernels = os.path.join(root, "kernels.txt")
 if os.path.exists(kernels):
     with open(kernels) as f:
-        lines = [l.strip() for l in f if l.startswith("combine f32 sum")]
+        lines = [l.strip() for l in f if re.match(r"combine f32 sum( out of place)?: ", l)]
     if lines:
         print("Memory bandwidth, `distcomm-bench-kernels` (64 MiB arrays, one core, bytes counted "
               "3N: two reads and a write):\n")
