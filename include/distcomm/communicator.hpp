@@ -22,6 +22,16 @@
 
 namespace distcomm {
 
+namespace detail {
+// A Fusion policy declaring `static constexpr bool takes_backend = true` (cuda::fusion) is called
+// as allreduce(backend, tensors, op, deadline, run), to work on the backend's stream and wait for
+// it; the others as allreduce(tensors, op, run).
+template <class F, class = void>
+struct fusion_takes_backend : std::false_type {};
+template <class F>
+struct fusion_takes_backend<F, std::enable_if_t<F::takes_backend>> : std::true_type {};
+}  // namespace detail
+
 template <class Backend, class Strategy = strategy::automatic, class Fusion = fusion::buffer>
 class communicator {
  public:
@@ -73,14 +83,18 @@ class communicator {
       // fusion::buffer packs with host copies; device tensors need a device-side packer.
       throw invalid_argument_error(std::string("grouped allreduce: backend '") + Backend::name +
                                    "' moves device memory, which fusion::buffer cannot pack; "
-                                   "use communicator<..., fusion::none> or the backend's device "
-                                   "fusion buffer");
+                                   "use communicator<..., cuda::fusion> (from "
+                                   "<distcomm/backends/cuda_fusion.hpp>) or fusion::none");
     }
     guarded("grouped allreduce", [&](deadline until) {
-      fusion_.allreduce(tensors, op,
-                        [&](const void* in, void* out, std::size_t count, dtype t, reduce_op o) {
-                          strategy_.allreduce(backend_, in, out, count, t, o, until);
-                        });
+      const auto run = [&](const void* in, void* out, std::size_t count, dtype t, reduce_op o) {
+        strategy_.allreduce(backend_, in, out, count, t, o, until);
+      };
+      if constexpr (detail::fusion_takes_backend<Fusion>::value) {
+        fusion_.allreduce(backend_, tensors, op, until, run);  // e.g. on the backend's stream
+      } else {
+        fusion_.allreduce(tensors, op, run);
+      }
     });
   }
 

@@ -1,7 +1,8 @@
 // The CUDA side of the NCCL backend, on one GPU: the reduction kernels and the batched pack/unpack
 // against the host kernels (every dtype and op, odd sizes, pointers one element off alignment),
-// device Tensor Fusion, NCCL's collectives and send/recv on a one-rank communicator, the memory
-// operations of the point-to-point strategies, and ring, tree and parameter_server over NCCL.
+// device Tensor Fusion (alone and as the communicator's cuda::fusion policy), NCCL's collectives
+// and send/recv on a one-rank communicator, the memory operations of the point-to-point
+// strategies, and ring, tree and parameter_server over NCCL.
 // Without a CUDA device the program prints why and exits 77, which ctest reports as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cuda_runtime_api.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "distcomm/backends/cuda_fusion.hpp"
@@ -248,6 +250,80 @@ TEST_CASE("one-rank NCCL collectives, send/recv to self, and device fusion") {
   CHECK(got[6] == -0.5f);
   cuda_ok(cudaMemcpy(got.data(), dz.at(0), z.size() * 4, cudaMemcpyDeviceToHost));
   CHECK(got[3999] == 4.0f);
+}
+
+// Grouped allreduce through communicator<nccl_backend, S, cuda::fusion> on one rank: many tensors
+// of every dtype, odd counts, at odd element offsets, some empty, one past the threshold (run in
+// place); sum and avg, each checked bit for bit against the host reference (the fold of the one
+// rank's input, divided by the world size for avg). The packing buffer grows once, then is reused.
+template <class S>
+void grouped_through_cuda_fusion() {
+  dc::hash_store kv(std::chrono::seconds(30));
+  dc::config c;
+  c.timeout = std::chrono::seconds(60);
+  c.fusion_threshold = 64 << 10;
+  dc::communicator<dc::nccl_backend, S, dc::cuda::fusion> comm(
+      dc::nccl_backend(kv, 0, 1, 0, std::chrono::seconds(60)), c);
+  CHECK(comm.fusion().threshold() == c.fusion_threshold);
+
+  constexpr std::size_t tensors = 150;  // more than one batched launch carries
+  std::vector<std::vector<unsigned char>> host;
+  std::vector<dc::tensor_view> views;
+  std::vector<std::size_t> offsets;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < tensors; ++i) {
+    const dc::dtype t = dc::all_dtypes[(i * 5) % std::size(dc::all_dtypes)];
+    std::size_t n = (i * 131) % 997 + (i % 11 == 0 ? 0 : 1);  // some empty, most odd
+    if (i == 17) n = 70001;  // past the 64 KiB threshold in any dtype
+    host.push_back(values(t, n, static_cast<int>(i)));
+    offsets.push_back(total + dc::dtype_size(t));  // one element into an 8-byte aligned slot
+    total += (n + 2) * 8;
+  }
+  device_bytes pool(total);
+  for (std::size_t i = 0; i < tensors; ++i) {
+    const dc::dtype t = dc::all_dtypes[(i * 5) % std::size(dc::all_dtypes)];
+    views.push_back(dc::cuda_view(pool.at(offsets[i]), host[i].size() / dc::dtype_size(t), t, 0));
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (dc::reduce_op op : {dc::reduce_op::sum, dc::reduce_op::avg}) {
+      CAPTURE(round);
+      CAPTURE(dc::to_string(op));
+      for (std::size_t i = 0; i < tensors; ++i) {
+        cuda_ok(cudaMemcpy(pool.at(offsets[i]), host[i].data(), host[i].size(),
+                           cudaMemcpyHostToDevice));
+      }
+      const std::size_t before = comm.fusion().capacity();
+      comm.allreduce(dc::span<const dc::tensor_view>(views.data(), views.size()), op);
+      if (round == 1) CHECK(comm.fusion().capacity() == before);  // reused, not regrown
+      CHECK(comm.fusion().capacity() > 0);
+      CHECK(comm.fusion().capacity() <= c.fusion_threshold);
+      for (std::size_t i = 0; i < tensors; ++i) {
+        CAPTURE(i);
+        const dc::tensor_view& v = views[i];
+        std::vector<unsigned char> want(host[i].size());
+        const void* in[] = {host[i].data()};
+        if (v.count != 0) dc::fold(want.data(), in, 1, v.count, v.type, op);
+        if (op == dc::reduce_op::avg && v.count != 0) {
+          dc::divide(want.data(), want.data(), v.count, v.type, 1);
+        }
+        CHECK(to_host(v.data, host[i].size()) == want);
+      }
+    }
+  }
+
+  // fusion::buffer packs with host copies: refused on device tensors, naming cuda::fusion.
+  dc::communicator<dc::nccl_backend, S, dc::fusion::buffer> host_packed(
+      dc::nccl_backend(kv, 0, 1, 0, std::chrono::seconds(60)), c);
+  CHECK_THROWS_WITH_AS(
+      host_packed.allreduce(dc::span<const dc::tensor_view>(views.data(), views.size())),
+      doctest::Contains("cuda::fusion"), dc::invalid_argument_error);
+}
+
+TEST_CASE("grouped allreduce through cuda::fusion, strategy native") {
+  grouped_through_cuda_fusion<dc::strategy::native>();
+}
+TEST_CASE("grouped allreduce through cuda::fusion, strategy ring") {
+  grouped_through_cuda_fusion<dc::strategy::ring>();
 }
 
 TEST_CASE("nccl_memory: fold, copy and divide match the host kernels; scratch is device memory") {
