@@ -84,6 +84,7 @@ bool hello_with(Make&& make, const options& o, const distcomm::config& cfg) {
   if (o.strategy == "ring") return hello<s::ring>(make(), o, cfg);
   if (o.strategy == "tree") return hello<s::tree>(make(), o, cfg);
   if (o.strategy == "ps") return hello<s::parameter_server>(make(), o, cfg);
+  if (o.strategy == "rd") return hello<s::recursive_doubling>(make(), o, cfg);
   if (o.strategy == "native") {
     if constexpr (distcomm::has_native_allreduce_v<backend>) {
       return hello<s::native>(make(), o, cfg);
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(built_backends));
   app.add_option("--strategy", o.strategy, "Allreduce algorithm")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "ring", "tree", "ps", "native"}));
+      ->check(CLI::IsMember({"auto", "ring", "tree", "ps", "rd", "native"}));
   app.add_option("--count", o.count, "Elements per rank (f64)")->capture_default_str();
   app.add_option("--np", o.np, "Ranks as threads of this process (local backend only)")
       ->check(CLI::Range(1, 1024));

@@ -67,6 +67,7 @@ void train_with(Make&& make, const options& o, const distcomm::config& cfg) {
   if (o.strategy == "ring") return train_on<s::ring>(make(), o, cfg);
   if (o.strategy == "tree") return train_on<s::tree>(make(), o, cfg);
   if (o.strategy == "ps") return train_on<s::parameter_server>(make(), o, cfg);
+  if (o.strategy == "rd") return train_on<s::recursive_doubling>(make(), o, cfg);
   if (o.strategy == "native") {
     if constexpr (distcomm::has_native_allreduce_v<backend>) {
       return train_on<s::native>(make(), o, cfg);
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(built_backends));
   app.add_option("--strategy", o.strategy, "Allreduce algorithm")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "ring", "tree", "ps", "native"}));
+      ->check(CLI::IsMember({"auto", "ring", "tree", "ps", "rd", "native"}));
   app.add_option("--np", o.np, "Ranks as threads of this process (local backend only)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
