@@ -50,6 +50,7 @@ class communicator {
   // The settings in use: the configuration given, with what it left to the backend filled in.
   static config with_backend_defaults(config c) {
     if (!c.fusion_cutoff) c.fusion_cutoff = fusion::default_cutoff_for<Backend>;
+    if (!c.segment_bytes) c.segment_bytes = strategy::detail::segment_bytes_for<Backend>;
     return c;
   }
 

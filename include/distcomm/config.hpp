@@ -24,8 +24,9 @@ struct config {
   // every tensor below the threshold (DISTCOMM_FUSION_CUTOFF). Unset: the backend's default
   // (fusion::default_cutoff_for), which a communicator fills in.
   std::optional<std::size_t> fusion_cutoff;
-  // Pipelining unit of ring / tree / parameter server, bytes (DISTCOMM_SEGMENT_SIZE).
-  std::size_t segment_bytes = std::size_t{256} << 10;
+  // Pipelining unit of ring / tree / parameter server, bytes (DISTCOMM_SEGMENT_SIZE). Unset: the
+  // backend's default (strategy::detail::segment_bytes_for), which a communicator fills in.
+  std::optional<std::size_t> segment_bytes;
   // Server ranks of the parameter_server strategy; 0 means every rank (DISTCOMM_PS_SERVERS).
   int ps_servers = 1;
   // Per-size table of strategy::automatic; empty means the built-in table (DISTCOMM_ALGO).

@@ -21,8 +21,9 @@ const std::vector<setting_info> setting_rows = {
     {"DISTCOMM_FUSION_CUTOFF", "1M (gloo: 4M)",
      "Tensors of at least this many bytes are reduced in place instead of being copied into the "
      "fusion buffer; 0 packs every tensor below the threshold. The default is the backend's."},
-    {"DISTCOMM_SEGMENT_SIZE", "256K",
-     "Pipelining segment of the ring, tree and parameter-server strategies, in bytes."},
+    {"DISTCOMM_SEGMENT_SIZE", "256K (gloo: 1M)",
+     "Pipelining segment of the ring, tree and parameter-server strategies, in bytes. The default "
+     "is the backend's."},
     {"DISTCOMM_PS_SERVERS", "1",
      "Server ranks of the parameter_server strategy (1 = classic parameter server, 0 = all "
      "ranks, fully sharded)."},
@@ -120,11 +121,12 @@ config config::from_env(const env_lookup& getenv) {
   }
   if (get("DISTCOMM_FUSION_CUTOFF", v)) c.fusion_cutoff = parse_bytes(v, "DISTCOMM_FUSION_CUTOFF");
   if (get("DISTCOMM_SEGMENT_SIZE", v)) {
-    c.segment_bytes = parse_bytes(v, "DISTCOMM_SEGMENT_SIZE");
-    if (c.segment_bytes < 64 || c.segment_bytes > (std::size_t{1} << 30)) {
+    const std::size_t bytes = parse_bytes(v, "DISTCOMM_SEGMENT_SIZE");
+    if (bytes < 64 || bytes > (std::size_t{1} << 30)) {
       throw invalid_argument_error(quote("DISTCOMM_SEGMENT_SIZE", v) +
                                    " is outside 64 bytes .. 1G");
     }
+    c.segment_bytes = bytes;
   }
   if (get("DISTCOMM_PS_SERVERS", v)) c.ps_servers = parse_count("DISTCOMM_PS_SERVERS", v);
   if (get("DISTCOMM_ALGO", v)) c.algo = algo_table::parse(v, "DISTCOMM_ALGO");
@@ -160,7 +162,8 @@ std::string config::to_string() const {
      << "DISTCOMM_FUSION_THRESHOLD=" << format_bytes(fusion_threshold) << '\n'
      << "DISTCOMM_FUSION_CUTOFF="
      << (fusion_cutoff ? format_bytes(*fusion_cutoff) : std::string("(backend default)")) << '\n'
-     << "DISTCOMM_SEGMENT_SIZE=" << format_bytes(segment_bytes) << '\n'
+     << "DISTCOMM_SEGMENT_SIZE="
+     << (segment_bytes ? format_bytes(*segment_bytes) : std::string("(backend default)")) << '\n'
      << "DISTCOMM_PS_SERVERS=" << ps_servers << '\n'
      << "DISTCOMM_ALGO=" << (algo.empty() ? std::string("(built-in)") : algo.to_string()) << '\n'
      << "DISTCOMM_DETERMINISTIC=" << (deterministic ? 1 : 0) << '\n'

@@ -57,7 +57,7 @@ TEST_CASE("config: defaults when no variable is set") {
   CHECK(c.timeout.count() == 300.0);
   CHECK(c.fusion_threshold == (std::size_t{64} << 20));
   CHECK_FALSE(c.fusion_cutoff.has_value());  // the backend's default
-  CHECK(c.segment_bytes == (std::size_t{256} << 10));
+  CHECK_FALSE(c.segment_bytes.has_value());  // the backend's default
   CHECK(c.ps_servers == 1);
   CHECK(c.algo.empty());
   CHECK_FALSE(c.deterministic);

@@ -580,10 +580,11 @@ TEST_CASE("fusion: DISTCOMM_FUSION_CUTOFF reaches fusion::buffer") {
 namespace {
 struct backend_with_cutoff {
   static constexpr std::size_t default_fusion_cutoff = 12345;
+  static constexpr std::size_t default_segment_bytes = 4096;
 };
 }  // namespace
 
-TEST_CASE("fusion: the cutoff defaults to the backend's own and DISTCOMM_FUSION_CUTOFF overrides it") {
+TEST_CASE("backend defaults: fusion cutoff and segment size, overridden by the variables") {
   static_assert(fusion::default_cutoff == (std::size_t{1} << 20));
   static_assert(fusion::default_cutoff_for<local_backend> == fusion::default_cutoff);
   static_assert(fusion::default_cutoff_for<backend_with_cutoff> == 12345);
@@ -594,9 +595,16 @@ TEST_CASE("fusion: the cutoff defaults to the backend's own and DISTCOMM_FUSION_
   CHECK(comm_with_cutoff::with_backend_defaults(set).fusion_cutoff == std::size_t{0});
   CHECK(config{}.to_string().find("DISTCOMM_FUSION_CUTOFF=(backend default)\n") !=
         std::string::npos);
+  // The segment size works the same way.
+  static_assert(strategy::detail::segment_bytes_for<local_backend> == (std::size_t{256} << 10));
+  CHECK(comm_with_cutoff::with_backend_defaults(config{}).segment_bytes == std::size_t{4096});
+  config seg;
+  seg.segment_bytes = 64;
+  CHECK(comm_with_cutoff::with_backend_defaults(seg).segment_bytes == std::size_t{64});
   local_world w(1);
   w.run([&](local_backend b) {
     communicator<local_backend> comm(b, config{});
+    CHECK(comm.settings().segment_bytes == strategy::detail::default_segment_bytes);
     CHECK(comm.settings().fusion_cutoff == fusion::default_cutoff);
     CHECK(comm.fusion().cutoff() == fusion::default_cutoff);
   });

@@ -17,7 +17,8 @@ namespace distcomm::strategy {
 class p2p_base {
  public:
   explicit p2p_base(const config& c)
-      : segment_bytes_(c.segment_bytes), deterministic_(c.deterministic) {}
+      : segment_bytes_(c.segment_bytes.value_or(detail::default_segment_bytes)),
+        deterministic_(c.deterministic) {}
 
   // in: recv_count * size elements; out: recv_count elements, block `rank` of the reduction.
   template <class B>

@@ -120,6 +120,19 @@ decltype(auto) memory_of(B& b, scratch& s) {
 template <class B>
 inline constexpr bool lockstep = moves_device_memory<B>::value;
 
+// The segment when DISTCOMM_SEGMENT_SIZE is not set: the backend's `default_segment_bytes` when it
+// declares one (a transport whose every message costs more wants fewer, larger ones), else 256 KiB.
+inline constexpr std::size_t default_segment_bytes = std::size_t{256} << 10;
+
+template <class, class = void>
+struct backend_segment : std::integral_constant<std::size_t, default_segment_bytes> {};
+template <class B>
+struct backend_segment<B, std::void_t<decltype(B::default_segment_bytes)>>
+    : std::integral_constant<std::size_t, B::default_segment_bytes> {};
+
+template <class Backend>
+inline constexpr std::size_t segment_bytes_for = backend_segment<Backend>::value;
+
 inline std::size_t segment_elems(std::size_t segment_bytes, dtype t) noexcept {
   const std::size_t n = segment_bytes / dtype_size(t);
   return n == 0 ? 1 : n;
