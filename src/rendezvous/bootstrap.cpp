@@ -33,18 +33,20 @@ std::string start_time_of(pid_t pid) {
 // Plain mpirun, mpiexec and srun give rank and size but no port. When every rank is on this node
 // they meet in a file store named after their job: rank 0 starts the TCP store on a free port and
 // publishes the port. The job is named by the launcher when it can be (PMIx's PMIX_NAMESPACE,
-// which Open MPI and Slurm with PMIx export; Slurm's job and step ids), else by the launcher
-// process (mpirun, the Hydra proxy, slurmstepd) as the ranks' parent. The launcher's name comes
+// which Open MPI and Slurm with PMIx export; for ranks srun started, Slurm's job and step ids:
+// every srun is a step of its own), else by the launcher process (mpirun, the Hydra proxy,
+// slurmstepd) as the ranks' parent. Not the Slurm ids for other launchers: two mpiexec runs side
+// by side in one batch script share them. The launcher's name comes
 // first: a rank started through a wrapper that forks (`mpirun -np 2 perf stat ./app`, valgrind, a
 // shell script without exec) has the wrapper as its parent, and the ranks would wait in
 // different places until DISTCOMM_TIMEOUT.
-std::string job_name(const env_lookup& getenv) {
+std::string job_name(launcher_kind launcher, const env_lookup& getenv) {
   const auto get = [&](const char* name) -> std::string {
     const char* v = getenv(name);
     return v != nullptr ? std::string(v) : std::string();
   };
   std::string job = get("PMIX_NAMESPACE");
-  if (job.empty() && !get("SLURM_JOB_ID").empty()) {
+  if (job.empty() && launcher == launcher_kind::slurm && !get("SLURM_JOB_ID").empty()) {
     job = "slurm." + get("SLURM_JOB_ID") + "." + get("SLURM_STEP_ID");
   }
   if (job.empty()) {
@@ -63,7 +65,7 @@ std::shared_ptr<store> meet_on_this_node(const world_info& w, const config& cfg,
                                          std::string* place) {
   const char* tmp = std::getenv("TMPDIR");
   *place = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/distcomm-" +
-           std::to_string(getuid()) + "/" + to_string(w.launcher) + "-" + job_name(getenv);
+           std::to_string(getuid()) + "/" + to_string(w.launcher) + "-" + job_name(w.launcher, getenv);
   file_store meeting(*place, cfg.timeout);
   if (w.rank == 0) {
     auto server = std::make_unique<tcp_store_server>("127.0.0.1", 0, token);
