@@ -181,15 +181,9 @@ void* grow(staging& s, void*& buffer, std::size_t& capacity, std::size_t bytes) 
 
 void staging::fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
                    reduce_op op) {
-  if (n == 0) throw invalid_argument_error("host_staged: fold of no inputs");
-  if (count == 0) return;
-  if (n == 1) return copy(dst, in[0], count * dtype_size(t));
-  if (n == 2) return cuda::combine(dst, in[0], in[1], count, t, op, stream_);
-  // As distcomm::fold: the accumulator is not dst, which may be an input not read yet.
-  void* acc = grow(*this, fold_acc_, fold_acc_bytes_, count * dtype_size(t));
-  cuda::combine(acc, in[0], in[1], count, t, op, stream_);
-  for (std::size_t r = 2; r + 1 < n; ++r) cuda::combine(acc, acc, in[r], count, t, op, stream_);
-  cuda::combine(dst, acc, in[n - 1], count, t, op, stream_);
+  void* acc =
+      n > 2 && count != 0 ? grow(*this, fold_acc_, fold_acc_bytes_, count * dtype_size(t)) : nullptr;
+  cuda::fold(dst, in, n, count, t, op, acc, stream_);
 }
 
 unsigned char* staging::scratch(std::size_t bytes) {

@@ -287,6 +287,25 @@ void combine(void* dst, const void* a, const void* b, std::size_t count, dtype t
   check_launch("cuda combine kernel launch");
 }
 
+void fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
+          reduce_op op, void* acc, cudaStream_t stream) {
+  if (n == 0) throw invalid_argument_error("cuda::fold: no inputs");
+  if (count == 0) return;
+  if (n == 1) {
+    if (dst != in[0]) {
+      detail::check_cuda(cudaMemcpyAsync(dst, in[0], count * dtype_size(t),
+                                         cudaMemcpyDeviceToDevice, stream),
+                         "cudaMemcpyAsync");
+    }
+    return;
+  }
+  if (n == 2) return combine(dst, in[0], in[1], count, t, op, stream);
+  check_args("fold", t, count, acc, dst, dst);
+  combine(acc, in[0], in[1], count, t, op, stream);
+  for (std::size_t r = 2; r + 1 < n; ++r) combine(acc, acc, in[r], count, t, op, stream);
+  combine(dst, acc, in[n - 1], count, t, op, stream);
+}
+
 void divide(void* dst, const void* src, std::size_t count, dtype t, std::size_t divisor,
             cudaStream_t stream) {
   check_args("divide", t, count, dst, src, src);

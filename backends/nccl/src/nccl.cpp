@@ -492,15 +492,10 @@ void nccl_memory::divide(void* dst, const void* src, std::size_t count, dtype t,
 
 void nccl_memory::fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
                        reduce_op op) {
-  if (n == 0) throw invalid_argument_error("nccl: fold of no inputs");
-  if (count == 0) return;
-  if (n == 1) return copy(dst, in[0], count * dtype_size(t));
-  if (n == 2) return combine(dst, in[0], in[1], count, t, op);
-  // As distcomm::fold: the accumulator is not dst, which may be an input not read yet.
-  void* acc = grow(s_->fold_acc, s_->fold_acc_bytes, count * dtype_size(t), s_->stream);
-  combine(acc, in[0], in[1], count, t, op);
-  for (std::size_t r = 2; r + 1 < n; ++r) combine(acc, acc, in[r], count, t, op);
-  combine(dst, acc, in[n - 1], count, t, op);
+  void* acc = n > 2 && count != 0
+                  ? grow(s_->fold_acc, s_->fold_acc_bytes, count * dtype_size(t), s_->stream)
+                  : nullptr;
+  cuda::fold(dst, in, n, count, t, op, acc, s_->stream);
 }
 
 unsigned char* nccl_memory::scratch(std::size_t bytes) {

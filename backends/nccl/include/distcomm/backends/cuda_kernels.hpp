@@ -19,6 +19,13 @@ namespace distcomm::cuda {
 void combine(void* dst, const void* a, const void* b, std::size_t count, dtype t, reduce_op op,
              cudaStream_t stream);
 
+// distcomm::fold on the device: dst = in[0] (op) in[1] (op) ... (op) in[n-1], left to right,
+// rounding after every step, so the same bits as the host fold. Three or more inputs go through
+// `acc` (count elements, neither dst nor an input: dst may be an input not read yet); with fewer
+// `acc` is not touched and may be null.
+void fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
+          reduce_op op, void* acc, cudaStream_t stream);
+
 // dst[i] = src[i] / divisor (divisor >= 1).
 void divide(void* dst, const void* src, std::size_t count, dtype t, std::size_t divisor,
             cudaStream_t stream);
