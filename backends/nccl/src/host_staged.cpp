@@ -181,8 +181,8 @@ void* grow(staging& s, void*& buffer, std::size_t& capacity, std::size_t bytes) 
 
 void staging::fold(void* dst, const void* const* in, std::size_t n, std::size_t count, dtype t,
                    reduce_op op) {
-  void* acc =
-      n > 2 && count != 0 ? grow(*this, fold_acc_, fold_acc_bytes_, count * dtype_size(t)) : nullptr;
+  void* acc = n > 2 && count != 0 ? grow(*this, fold_acc_, fold_acc_bytes_, count * dtype_size(t))
+                                  : nullptr;
   cuda::fold(dst, in, n, count, t, op, acc, stream_);
 }
 
