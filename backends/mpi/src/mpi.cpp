@@ -1,5 +1,6 @@
 #include "distcomm/backends/mpi.hpp"
 
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -61,17 +62,18 @@ struct init_guard {
 
 void ensure_initialized() { static init_guard guard; }
 
-// The f16/bf16 reductions: MPI_UINT16_T payloads combined by distcomm::combine.
+// The reductions in mpi_state::user_ops: the payload combined by distcomm::combine.
 template <dtype T, reduce_op Op>
-void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+void user_op(void* in, void* inout, int* len, MPI_Datatype*) {
   combine(inout, inout, in, static_cast<std::size_t>(*len), T, Op);
 }
 using user_fn = void(void*, void*, int*, MPI_Datatype*);
-constexpr user_fn* half_fns[2][4] = {
-    {half_op<dtype::f16, reduce_op::sum>, half_op<dtype::f16, reduce_op::min>,
-     half_op<dtype::f16, reduce_op::max>, half_op<dtype::f16, reduce_op::prod>},
-    {half_op<dtype::bf16, reduce_op::sum>, half_op<dtype::bf16, reduce_op::min>,
-     half_op<dtype::bf16, reduce_op::max>, half_op<dtype::bf16, reduce_op::prod>}};
+template <dtype T>
+constexpr std::array<user_fn*, 4> user_fns_of = {
+    user_op<T, reduce_op::sum>, user_op<T, reduce_op::min>, user_op<T, reduce_op::max>,
+    user_op<T, reduce_op::prod>};
+constexpr std::array<user_fn*, 4> user_fns[4] = {user_fns_of<dtype::f16>, user_fns_of<dtype::bf16>,
+                                                 user_fns_of<dtype::i8>, user_fns_of<dtype::u8>};
 
 }  // namespace
 
@@ -80,10 +82,10 @@ mpi_state::mpi_state(MPI_Comm c, bool own) : comm(c), owned(own) {
     mpi_check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
     mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-    for (int d = 0; d < 2; ++d) {
+    for (int d = 0; d < 4; ++d) {
       for (int o = 0; o < 4; ++o) {
-        half_ops[d][o] = MPI_OP_NULL;
-        mpi_check(MPI_Op_create(half_fns[d][o], 1, &half_ops[d][o]), "MPI_Op_create");
+        user_ops[d][o] = MPI_OP_NULL;
+        mpi_check(MPI_Op_create(user_fns[d][o], 1, &user_ops[d][o]), "MPI_Op_create");
       }
     }
   } catch (...) {
@@ -95,7 +97,7 @@ mpi_state::mpi_state(MPI_Comm c, bool own) : comm(c), owned(own) {
 mpi_state::~mpi_state() {
   int finalized = 0;
   if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
-  for (auto& row : half_ops) {
+  for (auto& row : user_ops) {
     for (MPI_Op& op : row) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     }

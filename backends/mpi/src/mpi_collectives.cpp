@@ -13,13 +13,11 @@
 namespace distcomm {
 namespace {
 
-bool is_half(dtype t) { return t == dtype::f16 || t == dtype::bf16; }
-
 MPI_Datatype mpi_type(dtype t) {
   switch (t) {
     case dtype::f16:
     case dtype::bf16:
-      return MPI_UINT16_T;  // reduced by the user-defined ops in mpi_state
+      return MPI_UINT16_T;  // reduced by mpi_state's user-defined ops
     case dtype::f32:
       return MPI_FLOAT;
     case dtype::f64:
@@ -52,9 +50,23 @@ int op_index(reduce_op op) {
                                std::to_string(static_cast<int>(op)));
 }
 
+// MPI's built-in op, or mpi_state's user-defined one where MPI's is missing or differs: f16 and
+// bf16 always, i8 and u8 for sum (and so avg) and prod, which must wrap around. min and max of
+// integers are the same either way and stay MPI's.
 MPI_Op mpi_op(const detail::mpi_state& s, dtype t, reduce_op op) {
   const int i = op_index(op);
-  if (is_half(t)) return s.half_ops[t == dtype::f16 ? 0 : 1][i];
+  switch (t) {
+    case dtype::f16:
+      return s.user_ops[0][i];
+    case dtype::bf16:
+      return s.user_ops[1][i];
+    case dtype::i8:
+    case dtype::u8:
+      if (op == reduce_op::min || op == reduce_op::max) break;
+      return s.user_ops[t == dtype::i8 ? 2 : 3][i];
+    default:
+      break;
+  }
   constexpr MPI_Op builtin[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
   return builtin[i];
 }

@@ -33,7 +33,11 @@ struct mpi_state {
   std::atomic<bool> failed{false};
   std::mutex mu;
   std::string abort_reason;
-  MPI_Op half_ops[2][4] = {};  // [f16, bf16][sum, min, max, prod], user-defined
+  // Reductions MPI does not provide, or not as DistComm defines them, done by distcomm::combine:
+  // f16 and bf16 (MPI has no such types; their payloads travel as MPI_UINT16_T) and i8 and u8,
+  // which must wrap around where Open MPI 4.1's AVX reductions saturate (sum of u8 200 and 200:
+  // 255 instead of 144). Indexed [f16, bf16, i8, u8][sum, min, max, prod].
+  MPI_Op user_ops[4][4] = {};
 
   mpi_state(MPI_Comm c, bool own);
   ~mpi_state();
