@@ -2,16 +2,22 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
+#include "store_detail.hpp"
+#include "store_socket.hpp"
 
 namespace distcomm {
 namespace {
@@ -60,22 +66,83 @@ std::string job_name(launcher_kind launcher, const env_lookup& getenv) {
   return "job-" + job;
 }
 
-std::shared_ptr<store> meet_on_this_node(const world_info& w, const config& cfg,
-                                         const std::string& token, const env_lookup& getenv,
-                                         std::string* place) {
+// One deadline for the whole start-up of a rank (meeting, connect, handshake, every wait), and
+// how its messages name the rank.
+struct startup {
+  int rank = 0;
+  int size = 1;
+  std::chrono::duration<double> timeout{};  // DISTCOMM_TIMEOUT, for messages
+  detail::store_clock::time_point start;
+  detail::store_clock::time_point deadline;
+
+  std::string who() const {
+    return "rendezvous: rank " + std::to_string(rank) + " of " + std::to_string(size);
+  }
+  std::chrono::duration<double> left() const {
+    return std::max(std::chrono::duration<double>(deadline - detail::store_clock::now()),
+                    std::chrono::duration<double>(0.0));
+  }
+  // "15 s left (DISTCOMM_TIMEOUT=20 s)"
+  std::string left_text() const {
+    return detail::whole_seconds(left()) +
+           " left of start-up (DISTCOMM_TIMEOUT=" + detail::format_seconds(timeout) + ")";
+  }
+  // The next wait of a phase: until the next progress line (every progress_interval since the
+  // start, whichever phase it falls in) or the deadline. A tick less than 0.1 s away is skipped,
+  // so a wait that its store ended a little early does not log twice.
+  std::chrono::duration<double> slice() const {
+    const auto now = detail::store_clock::now();
+    const auto ticks = (now - start + std::chrono::milliseconds(100)) / detail::progress_interval;
+    const auto next = start + (ticks + 1) * detail::progress_interval;
+    return std::min(left(), std::chrono::duration<double>(next - now));
+  }
+};
+
+// "2", "2, 5", "2, 5 and 3 more"
+std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t max_listed = 20;
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size() && i < max_listed; ++i) {
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  if (ranks.size() > max_listed)
+    out += " and " + std::to_string(ranks.size() - max_listed) + " more";
+  return out;
+}
+
+std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s,
+                                         const std::string& token, const job_identity& me,
+                                         const env_lookup& getenv, std::string* place) {
   const char* tmp = std::getenv("TMPDIR");
   *place = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/distcomm-" +
-           std::to_string(getuid()) + "/" + to_string(w.launcher) + "-" + job_name(w.launcher, getenv);
-  file_store meeting(*place, cfg.timeout);
+           std::to_string(getuid()) + "/" + to_string(w.launcher) + "-" +
+           job_name(w.launcher, getenv);
+  file_store meeting(*place, s.slice());
   if (w.rank == 0) {
-    auto server = std::make_unique<tcp_store_server>("127.0.0.1", 0, token);
+    auto server = std::make_unique<tcp_store_server>("127.0.0.1", 0, token, me);
     const int port = server->port();
-    auto client = std::make_shared<tcp_store>(std::move(server), "127.0.0.1", cfg.timeout, token);
+    auto client = std::make_shared<tcp_store>(std::move(server), "127.0.0.1", s.left(), token);
     const std::string text = std::to_string(port);
     meeting.set("port", bytes(text.begin(), text.end()));
     return client;
   }
-  const bytes b = meeting.get("port");
+  bytes b;
+  for (;;) {
+    meeting.set_timeout(s.slice());
+    try {
+      b = meeting.get("port");
+      break;
+    } catch (const timeout_error&) {
+      if (s.left().count() <= 0) {
+        throw timeout_error(s.who() + ": rank 0 did not publish its store's port in " + *place +
+                            " within " + detail::format_seconds(s.timeout) +
+                            " (DISTCOMM_TIMEOUT); is rank 0 running, started by the same "
+                            "launcher as this rank?");
+      }
+      log(log_level::warn, s.who() + ": waiting for rank 0 to publish its store's port in " +
+                               *place + "; " + s.left_text());
+    }
+  }
   const std::string text(b.begin(), b.end());
   int port = 0;
   try {
@@ -84,10 +151,98 @@ std::shared_ptr<store> meet_on_this_node(const world_info& w, const config& cfg,
     throw rendezvous_error("rendezvous: the port published in " + *place + " is not a number ('" +
                            text + "')");
   }
-  return std::make_shared<tcp_store>("127.0.0.1", port, cfg.timeout, token);
+  return std::make_shared<tcp_store>("127.0.0.1", port, s.left(), token, me);
+}
+
+// store_barrier "distcomm/bootstrap" within the start-up deadline, saying every few seconds
+// which ranks are still missing. A rank whose store closes meanwhile (rank 0, hosting it, gave
+// up or failed first) says what it was waiting for.
+void meet_every_rank(store& kv, const startup& s, const std::string& where) {
+  const std::string name = "distcomm/bootstrap";
+  const auto key_of = [&](int r) { return name + "/" + std::to_string(r); };
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(s.size));
+  for (int r = 0; r < s.size; ++r) keys.push_back(key_of(r));
+  std::vector<int> missing;
+  const auto missing_text = [&] {
+    return std::string(missing.size() == 1 ? "rank " : "ranks ") + rank_list(missing) + " (of " +
+           std::to_string(s.size) + ")";
+  };
+  try {
+    kv.set_timeout(s.slice());
+    kv.set(key_of(s.rank), detail::encode_counter(1));
+    for (;;) {
+      kv.set_timeout(s.slice());
+      try {
+        kv.wait(keys);
+        return;
+      } catch (const detail::missing_keys_error& e) {
+        missing.clear();
+        for (const std::string& k : e.missing()) {
+          if (k.rfind(name + "/", 0) == 0) missing.push_back(std::stoi(k.substr(name.size() + 1)));
+        }
+        std::sort(missing.begin(), missing.end());
+        if (missing.empty()) return;  // all arrived just as the wait expired
+      }
+      if (s.left().count() <= 0) {
+        throw timeout_error(s.who() + ": " + missing_text() + " never reached the store at " +
+                            where + " within " + detail::format_seconds(s.timeout) +
+                            " (DISTCOMM_TIMEOUT); are they running, with this job's "
+                            "MASTER_ADDR and MASTER_PORT?");
+      }
+      log(log_level::warn, s.who() + ": waiting for " + missing_text() + " to reach the store at " +
+                               where + " (" +
+                               std::to_string(s.size - static_cast<int>(missing.size())) +
+                               " arrived); " + s.left_text());
+    }
+  } catch (const peer_lost_error& e) {
+    if (s.rank == 0) throw;
+    throw peer_lost_error(
+        s.who() + ": the store at " + where + " closed during start-up" +
+        (missing.empty() ? std::string() : " while this rank waited for " + missing_text()) +
+        ": rank 0, which hosts it, gave up or failed first (" + e.what() + ")");
+  }
 }
 
 }  // namespace
+
+job_identity job_identity_from_env(const world_info& w, const env_lookup& getenv) {
+  const auto get = [&](const char* name) -> std::string {
+    const char* v = getenv(name);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  job_identity j;
+  j.world_size = w.size;
+  j.id = get("DISTCOMM_JOB_ID");
+  if (j.id.empty()) {
+    // Only the launcher that started this rank: every rank of a job matched the same one, and
+    // the same launcher gives them all the same id. Anything else stays unsaid (matches all).
+    switch (w.launcher) {
+      case launcher_kind::torchrun:
+        if (!get("TORCHELASTIC_RUN_ID").empty()) j.id = "torchrun:" + get("TORCHELASTIC_RUN_ID");
+        break;
+      case launcher_kind::open_mpi:
+      case launcher_kind::mpich:
+        if (!get("PMIX_NAMESPACE").empty()) {
+          j.id = "pmix:" + get("PMIX_NAMESPACE");
+        } else if (w.launcher == launcher_kind::open_mpi &&
+                   !get("OMPI_MCA_ess_base_jobid").empty()) {
+          j.id = "open_mpi:" + get("OMPI_MCA_ess_base_jobid");
+        }
+        break;
+      case launcher_kind::slurm: {
+        std::string step = get("SLURM_STEP_ID");
+        if (step.empty()) step = get("SLURM_STEPID");
+        if (!get("SLURM_JOB_ID").empty()) j.id = "slurm:" + get("SLURM_JOB_ID") + "." + step;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (j.id.size() > 255) j.id.resize(255);  // the handshake's limit; ids are far shorter
+  return j;
+}
 
 job bootstrap(const config& cfg) {
   return bootstrap(cfg, [](const char* name) -> const char* { return std::getenv(name); });
@@ -95,27 +250,50 @@ job bootstrap(const config& cfg) {
 
 job bootstrap(const config& cfg, const env_lookup& getenv) {
   set_log_level(cfg.log);
+  startup s;
+  s.timeout = cfg.timeout;
+  s.start = detail::store_clock::now();
+  s.deadline = detail::deadline_after(cfg.timeout);
   job j;
   j.world = detect_world(getenv);
   log(log_level::info, "world: " + j.world.to_string());
   if (j.world.size == 1) return j;  // nothing to meet
+  s.rank = j.world.rank;
+  s.size = j.world.size;
 
   const std::string token = auth_token_from_env(getenv);
+  const job_identity me = job_identity_from_env(j.world, getenv);
   std::string meeting_place;
-  if (const auto addr = store_addr_from_env(getenv)) {
-    // Someone else runs the store: every rank is a client.
-    j.kv = make_tcp_store(addr->host, addr->port, false, cfg.timeout, token);
-  } else if (j.world.master_port == 0 && j.world.single_node()) {
-    j.kv = meet_on_this_node(j.world, cfg, token, getenv, &meeting_place);
-    log(log_level::info, "rank " + std::to_string(j.world.rank) + ": no master port from " +
-                             to_string(j.world.launcher) + "; ranks met through " + meeting_place);
-  } else {
-    require_master(j.world);
-    j.kv = make_tcp_store(j.world.master_addr, j.world.master_port, j.world.rank == 0, cfg.timeout,
-                          token);
+  std::string where;
+  try {
+    if (const auto addr = store_addr_from_env(getenv)) {
+      // Someone else runs the store: every rank is a client.
+      where = detail::host_port(addr->host, addr->port);
+      j.kv = make_tcp_store(addr->host, addr->port, false, s.left(), token, me);
+    } else if (j.world.master_port == 0 && j.world.single_node()) {
+      j.kv = meet_on_this_node(j.world, s, token, me, getenv, &meeting_place);
+      where = "127.0.0.1:" + std::to_string(static_cast<tcp_store&>(*j.kv).port());
+      log(log_level::info, "rank " + std::to_string(j.world.rank) + ": no master port from " +
+                               to_string(j.world.launcher) + "; ranks met through " +
+                               meeting_place);
+    } else {
+      require_master(j.world);
+      where = detail::host_port(j.world.master_addr, j.world.master_port);
+      j.kv = make_tcp_store(j.world.master_addr, j.world.master_port, j.world.rank == 0, s.left(),
+                            token, me);
+    }
+    meet_every_rank(*j.kv, s, where);
+  } catch (const timeout_error& e) {
+    if (j.kv) j.kv->mark_job_failed();
+    const std::string what = e.what();
+    if (what.rfind("rendezvous: ", 0) == 0) throw;
+    throw timeout_error(s.who() + " did not finish start-up within " +
+                        detail::format_seconds(cfg.timeout) + " (DISTCOMM_TIMEOUT): " + what);
+  } catch (...) {
+    if (j.kv) j.kv->mark_job_failed();
+    throw;
   }
   j.kv->set_timeout(cfg.timeout);
-  store_barrier(*j.kv, "distcomm/bootstrap", j.world.rank, j.world.size);
   if (!meeting_place.empty() && j.world.rank == 0) {
     std::error_code ignored;  // every rank has read the port: the meeting place can go
     std::filesystem::remove_all(meeting_place, ignored);

@@ -85,9 +85,15 @@ std::string missing_keys_message(const char* who, const std::vector<std::string>
          " still missing after " + format_seconds(timeout) + " (DISTCOMM_TIMEOUT)";
 }
 
+std::string whole_seconds(std::chrono::duration<double> t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f s", std::max(t.count(), 0.0));
+  return buf;
+}
+
 void throw_missing_keys(const char* who, const std::vector<std::string>& missing,
                         std::chrono::duration<double> timeout) {
-  throw timeout_error(missing_keys_message(who, missing, timeout));
+  throw missing_keys_error(missing_keys_message(who, missing, timeout), missing);
 }
 
 bytes encode_counter(std::int64_t v) {

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "distcomm/core/error.hpp"
 #include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm::detail {
@@ -27,6 +29,25 @@ std::string quote_key(const std::string& key);
 std::string quote_keys(const std::vector<std::string>& keys);
 // "10 s", "0.5 s".
 std::string format_seconds(std::chrono::duration<double> t);
+// "4 s": rounded to whole seconds, for progress lines.
+std::string whole_seconds(std::chrono::duration<double> t);
+
+// How often a wait that may take long (connecting to a store that is not up yet, ranks that
+// have not arrived) says at warn level what it is waiting for and how long it still waits:
+// often enough that a hang is visibly not one, rarely enough for a 300 s DISTCOMM_TIMEOUT.
+inline constexpr std::chrono::seconds progress_interval{5};
+
+// The timeout_error of a wait, with the keys still missing (every store throws it through
+// throw_missing_keys), so a caller can say more than the keys (store barriers name ranks).
+class missing_keys_error : public timeout_error {
+ public:
+  missing_keys_error(const std::string& what, std::vector<std::string> missing)
+      : timeout_error(what), missing_(std::move(missing)) {}
+  const std::vector<std::string>& missing() const noexcept { return missing_; }
+
+ private:
+  std::vector<std::string> missing_;
+};
 
 // "<who>: key 'a' still missing after 2 s (DISTCOMM_TIMEOUT)" / "keys 'a', 'b' still ...".
 std::string missing_keys_message(const char* who, const std::vector<std::string>& missing,

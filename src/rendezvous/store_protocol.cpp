@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace distcomm::detail::store_protocol {
 namespace {
@@ -41,17 +42,43 @@ std::uint32_t get_u32(const std::uint8_t* p) noexcept {
          std::uint32_t{p[3]};
 }
 
-std::array<std::uint8_t, greeting_bytes> encode_greeting(const greeting& g) {
-  std::array<std::uint8_t, greeting_bytes> out{};
-  std::copy(magic.begin(), magic.end(), out.begin());
-  out[4] = g.version;
-  out[5] = static_cast<std::uint8_t>(g.status);
-  out[6] = g.auth ? 1 : 0;
-  std::copy(g.server_nonce.begin(), g.server_nonce.end(), out.begin() + 7);
+bytes encode_job(const job_identity& j) {
+  bytes out;
+  const std::size_t id_len = std::min(j.id.size(), max_job_id_bytes);
+  out.reserve(job_head_bytes + id_len);
+  put_u32(out, static_cast<std::uint32_t>(std::max(j.world_size, 0)));
+  out.push_back(static_cast<std::uint8_t>(id_len));
+  put_bytes(out, j.id.data(), id_len);
   return out;
 }
 
-bool decode_greeting(const std::uint8_t* data, greeting& out) {
+decode_result decode_job(const std::uint8_t* data, std::size_t size, job_identity& out) {
+  if (size < job_head_bytes) return {};
+  const std::uint32_t world_size = get_u32(data);
+  if (world_size > static_cast<std::uint32_t>(std::numeric_limits<int>::max())) {
+    return malformed("world size " + std::to_string(world_size) + " does not fit an int");
+  }
+  const std::size_t id_len = data[4];
+  if (size < job_head_bytes + id_len) return {};
+  out.world_size = static_cast<int>(world_size);
+  out.id.assign(reinterpret_cast<const char*>(data + job_head_bytes), id_len);
+  return {decode_status::complete, job_head_bytes + id_len, {}};
+}
+
+bytes encode_greeting(const greeting& g) {
+  bytes out;
+  out.reserve(greeting_head_bytes + job_head_bytes + g.job.id.size());
+  put_bytes(out, magic.data(), magic.size());
+  out.push_back(g.version);
+  out.push_back(static_cast<std::uint8_t>(g.status));
+  out.push_back(g.auth ? 1 : 0);
+  put_bytes(out, g.server_nonce.data(), g.server_nonce.size());
+  const bytes job = encode_job(g.job);
+  out.insert(out.end(), job.begin(), job.end());
+  return out;
+}
+
+bool decode_greeting_head(const std::uint8_t* data, greeting& out) {
   if (!std::equal(magic.begin(), magic.end(), data)) return false;
   out.version = data[4];
   out.status = static_cast<handshake_status>(data[5]);
@@ -60,21 +87,32 @@ bool decode_greeting(const std::uint8_t* data, greeting& out) {
   return true;
 }
 
-std::array<std::uint8_t, hello_bytes> encode_hello(const hello& h) {
-  std::array<std::uint8_t, hello_bytes> out{};
-  std::copy(magic.begin(), magic.end(), out.begin());
-  out[4] = h.version;
-  out[5] = h.auth ? 1 : 0;
-  std::copy(h.client_nonce.begin(), h.client_nonce.end(), out.begin() + 6);
+bytes encode_hello(const hello& h) {
+  bytes out;
+  out.reserve(hello_head_bytes + job_head_bytes + h.job.id.size());
+  put_bytes(out, magic.data(), magic.size());
+  out.push_back(h.version);
+  out.push_back(h.auth ? 1 : 0);
+  put_bytes(out, h.client_nonce.data(), h.client_nonce.size());
+  const bytes job = encode_job(h.job);
+  out.insert(out.end(), job.begin(), job.end());
   return out;
 }
 
-bool decode_hello(const std::uint8_t* data, hello& out) {
-  if (!std::equal(magic.begin(), magic.end(), data)) return false;
+decode_result decode_hello(const std::uint8_t* data, std::size_t size, hello& out) {
+  // The magic is judged as soon as its bytes are there: a stranger is not kept waiting for more.
+  if (!std::equal(data, data + std::min(size, magic.size()), magic.begin())) {
+    return malformed("it does not speak the DistComm store protocol");
+  }
+  if (size < hello_head_bytes) return {};
+  out = hello{};
   out.version = data[4];
   out.auth = data[5] != 0;
   std::copy(data + 6, data + 6 + nonce_bytes, out.client_nonce.begin());
-  return true;
+  if (out.version != protocol_version) return {decode_status::complete, hello_head_bytes, {}};
+  decode_result job = decode_job(data + hello_head_bytes, size - hello_head_bytes, out.job);
+  if (job.status == decode_status::complete) job.consumed += hello_head_bytes;
+  return job;
 }
 
 const char* to_string(command c) noexcept {

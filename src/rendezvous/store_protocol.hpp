@@ -2,16 +2,20 @@
 // functions over byte buffers so the server's decoder can be fuzzed without sockets
 // (fuzz/fuzz_store.cpp). All integers are big-endian. docs/STORE.md describes the protocol.
 //
-// Handshake (fixed-size records, after the TCP connect):
-//   server -> client  greeting  "DCST" | u8 version | u8 status | u8 auth | nonce_s[32]
-//   client -> server  hello     "DCST" | u8 version | u8 auth | nonce_c[32]
+// Handshake (after the TCP connect; each record a fixed head, the greeting and hello then the
+// job they belong to):
+//   server -> client  greeting  "DCST" | u8 version | u8 status | u8 auth | nonce_s[32] | job
+//   client -> server  hello     "DCST" | u8 version | u8 auth | nonce_c[32] | job
 //   server -> client  proof     u8 status | mac_s[32]
 //   client -> server  proof     mac_c[32]
 //   server -> client  verdict   u8 status
+//   job = u32 world size (0: not said) | u8 id length | id (what the launcher calls the job)
 // with mac_s = HMAC-SHA256(token, nonce_c | nonce_s | "distcomm-store-v1 server") and
 //      mac_c = HMAC-SHA256(token, nonce_s | nonce_c | "distcomm-store-v1 client"),
 // all-zero MACs when the server runs without a token. The server proves first, so a client never
-// hands its MAC to a server that does not hold the token.
+// hands its MAC to a server that does not hold the token. The heads are those of version 1, so
+// either side reads the other's version before anything that changed since, and a client of
+// another version gets `version_mismatch` rather than a garbled record.
 //
 // Requests:  u8 command | u32 key length | key | u32 value length | value
 // Responses: u8 status  | u32 payload length | payload
@@ -24,21 +28,34 @@
 #include <vector>
 
 #include "distcomm/rendezvous/store.hpp"
+#include "distcomm/rendezvous/tcp_store.hpp"
 
 namespace distcomm::detail::store_protocol {
 
-inline constexpr std::uint8_t protocol_version = 1;
+// 2: the greeting and the hello carry the job (world size and id), and `other_job` exists.
+inline constexpr std::uint8_t protocol_version = 2;
 inline constexpr std::array<std::uint8_t, 4> magic = {'D', 'C', 'S', 'T'};
 inline constexpr std::size_t nonce_bytes = 32;
 inline constexpr std::size_t mac_bytes = 32;
-inline constexpr std::size_t greeting_bytes = 4 + 1 + 1 + 1 + nonce_bytes;
-inline constexpr std::size_t hello_bytes = 4 + 1 + 1 + nonce_bytes;
+inline constexpr std::size_t greeting_head_bytes = 4 + 1 + 1 + 1 + nonce_bytes;
+inline constexpr std::size_t hello_head_bytes = 4 + 1 + 1 + nonce_bytes;
+inline constexpr std::size_t job_head_bytes = 4 + 1;
+inline constexpr std::size_t max_job_id_bytes = 255;
+inline constexpr std::size_t max_hello_bytes = hello_head_bytes + job_head_bytes + max_job_id_bytes;
 inline constexpr std::size_t server_proof_bytes = 1 + mac_bytes;
 inline constexpr std::size_t client_proof_bytes = mac_bytes;
 inline constexpr std::size_t verdict_bytes = 1;
 
 using nonce = std::array<std::uint8_t, nonce_bytes>;
 using mac = std::array<std::uint8_t, mac_bytes>;
+
+// What a decoder made of the bytes it was given.
+enum class decode_status { complete, incomplete, malformed };
+struct decode_result {
+  decode_status status = decode_status::incomplete;
+  std::size_t consumed = 0;  // bytes of the frame, when complete
+  std::string error;         // what is wrong, when malformed
+};
 
 // Status of the handshake records.
 enum class handshake_status : std::uint8_t {
@@ -48,6 +65,7 @@ enum class handshake_status : std::uint8_t {
   token_required = 3,        // proof: the server has a token, the client none
   token_unexpected = 4,      // proof: the client has a token, the server none
   auth_failed = 5,           // verdict: the client's MAC is wrong
+  other_job = 6,             // proof: the client belongs to another job than the server
 };
 
 struct greeting {
@@ -55,18 +73,30 @@ struct greeting {
   handshake_status status = handshake_status::ok;
   bool auth = false;
   nonce server_nonce{};
+  job_identity job;
 };
 struct hello {
   std::uint8_t version = protocol_version;
   bool auth = false;
   nonce client_nonce{};
+  job_identity job;
 };
 
-std::array<std::uint8_t, greeting_bytes> encode_greeting(const greeting& g);
-// False when the record does not start with the magic (not a DistComm store / client).
-bool decode_greeting(const std::uint8_t* data, greeting& out);
-std::array<std::uint8_t, hello_bytes> encode_hello(const hello& h);
-bool decode_hello(const std::uint8_t* data, hello& out);
+// The job field; the id is cut to max_job_id_bytes (callers keep it shorter).
+bytes encode_job(const job_identity& j);
+// The job field at the start of [data, data + size): incomplete until all of it is there;
+// malformed when the world size does not fit an int.
+decode_result decode_job(const std::uint8_t* data, std::size_t size, job_identity& out);
+
+bytes encode_greeting(const greeting& g);
+// The head only (greeting_head_bytes; not the job). False when the record does not start with
+// the magic (not a DistComm store).
+bool decode_greeting_head(const std::uint8_t* data, greeting& out);
+bytes encode_hello(const hello& h);
+// A whole hello at the start of [data, data + size). Of a client that speaks another version
+// only the head is read (complete after hello_head_bytes, job left empty): the caller answers
+// version_mismatch. Malformed without the magic (not a DistComm client).
+decode_result decode_hello(const std::uint8_t* data, std::size_t size, hello& out);
 
 enum class command : std::uint8_t {
   set = 1,
@@ -100,13 +130,6 @@ struct request {
 // The key field is empty for check and wait.
 std::size_t max_value_field(command c) noexcept;
 inline constexpr std::size_t max_key_list_bytes = store_max_value_bytes;
-
-enum class decode_status { complete, incomplete, malformed };
-struct decode_result {
-  decode_status status = decode_status::incomplete;
-  std::size_t consumed = 0;  // bytes of the frame, when complete
-  std::string error;         // what is wrong, when malformed
-};
 
 // Decodes the first request frame in [data, data + size). Lengths are checked against the limits
 // as soon as they are read, before anything is allocated, so a buffer that is `incomplete` never

@@ -136,6 +136,13 @@ socket_fd listen_on(const std::string& host, int port, int& bound_port) {
                      : ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
     return fd;
   }
+  if (last_error == EADDRINUSE) {
+    // Most often another job (or an earlier run still exiting) holds the port: say what to do.
+    throw rendezvous_error("tcp_store: cannot listen on " + shown + ": " + errno_text(last_error) +
+                           ": another process (another job's store?) already uses port " +
+                           std::to_string(port) +
+                           "; choose another MASTER_PORT (or DISTCOMM_MASTER_PORT)");
+  }
   throw rendezvous_error("tcp_store: cannot listen on " + shown + ": " + errno_text(last_error));
 }
 

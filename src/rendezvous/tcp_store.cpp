@@ -5,7 +5,9 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -13,6 +15,7 @@
 #include <openssl/crypto.h>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/log.hpp"
 #include "store_detail.hpp"
 #include "store_protocol.hpp"
 #include "store_socket.hpp"
@@ -40,6 +43,21 @@ std::uint32_t to_ms(std::chrono::duration<double> t) {
   return ms >= 4294967295.0 ? 4294967295u : static_cast<std::uint32_t>(ms);
 }
 
+// "world size 2, this rank expects 3" / "job 'a', this rank's job 'b'": how the server's job
+// differs from this client's.
+std::string describe_other_job(const job_identity& server, const job_identity& mine) {
+  std::string out;
+  if (server.world_size > 0 && mine.world_size > 0 && server.world_size != mine.world_size) {
+    out = "world size " + std::to_string(server.world_size) + ", this rank expects " +
+          std::to_string(mine.world_size);
+  }
+  if (!server.id.empty() && !mine.id.empty() && server.id != mine.id) {
+    out += (out.empty() ? "" : "; ") + std::string("job ") + detail::quote_key(server.id) +
+           ", this rank's job " + detail::quote_key(mine.id);
+  }
+  return out.empty() ? "the server says so" : out;
+}
+
 bool is_numeric_address(const std::string& host) {
   unsigned char buf[sizeof(in6_addr)];
   return ::inet_pton(AF_INET, host.c_str(), buf) == 1 ||
@@ -48,10 +66,17 @@ bool is_numeric_address(const std::string& host) {
 
 }  // namespace
 
+bool same_job(const job_identity& a, const job_identity& b) noexcept {
+  if (a.world_size > 0 && b.world_size > 0 && a.world_size != b.world_size) return false;
+  return a.id.empty() || b.id.empty() || a.id == b.id;
+}
+
 struct tcp_store::impl {
   std::string host;
   int port = 0;
   std::string token;
+  job_identity job;
+  std::atomic<bool> job_failed{false};
   std::string where;  // host:port for messages
   std::mutex mutex;
   socket_fd fd;  // empty while disconnected
@@ -73,6 +98,8 @@ void tcp_store::impl::connect(io_clock::time_point deadline,
   std::minstd_rand jitter(std::random_device{}());
   auto backoff = first_retry;
   std::string why = "no attempt before the deadline";
+  const auto start = io_clock::now();
+  auto next_report = start + detail::progress_interval;
   for (;;) {
     std::string attempt;
     socket_fd s = detail::try_connect(host, port, deadline, attempt);
@@ -85,6 +112,14 @@ void tcp_store::impl::connect(io_clock::time_point deadline,
     if (why.rfind("no attempt", 0) == 0 || attempt != "connect timed out") why = attempt;
     const auto now = io_clock::now();
     if (now >= deadline) break;
+    if (now >= next_report) {
+      // Silence would look like a hang: say what is tried, what it got, and for how long still.
+      log(log_level::warn, "tcp_store: no store at " + where + " yet after " +
+                               detail::whole_seconds(now - start) + " (last error: " + why +
+                               "); trying for another " + detail::whole_seconds(deadline - now) +
+                               " (DISTCOMM_TIMEOUT)");
+      next_report = now + detail::progress_interval;
+    }
     const auto pause = std::chrono::duration_cast<io_clock::duration>(
         backoff * std::uniform_real_distribution<double>(0.5, 1.0)(jitter));
     std::this_thread::sleep_for(std::min<io_clock::duration>(pause, deadline - now));
@@ -112,10 +147,10 @@ void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
     }
   };
 
-  std::uint8_t greeting_record[proto::greeting_bytes];
+  std::uint8_t greeting_record[proto::greeting_head_bytes];
   check_io(detail::recv_all(s, greeting_record, sizeof greeting_record, deadline, err), "greeting");
   proto::greeting g;
-  if (!proto::decode_greeting(greeting_record, g)) {
+  if (!proto::decode_greeting_head(greeting_record, g)) {
     throw rendezvous_error("tcp_store: " + where +
                            " is not a DistComm store (it answered with something else); check "
                            "the address and port");
@@ -131,10 +166,22 @@ void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
                            std::to_string(proto::protocol_version) +
                            "; use the same DistComm version on every rank");
   }
+  // The server's job, after the head of this version's greeting.
+  std::uint8_t job_record[proto::job_head_bytes + proto::max_job_id_bytes];
+  check_io(detail::recv_all(s, job_record, proto::job_head_bytes, deadline, err), "greeting");
+  const std::size_t id_bytes = job_record[4];
+  check_io(detail::recv_all(s, job_record + proto::job_head_bytes, id_bytes, deadline, err),
+           "greeting");
+  if (proto::decode_job(job_record, proto::job_head_bytes + id_bytes, g.job).status !=
+      proto::decode_status::complete) {
+    throw rendezvous_error("tcp_store: the store at " + where +
+                           " sent a malformed greeting (its job's world size)");
+  }
 
   proto::hello h;
   h.auth = !token.empty();
   h.client_nonce = proto::random_nonce();
+  h.job = job;
   const auto hello_record = proto::encode_hello(h);
   check_io(detail::send_all(s, hello_record.data(), hello_record.size(), deadline, err), "hello");
 
@@ -150,6 +197,11 @@ void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
     case proto::handshake_status::token_unexpected:
       auth_failed("this process has a token (DISTCOMM_AUTH_TOKEN) but the store at " + where +
                   " runs without one; give the server the same token, or unset it here");
+    case proto::handshake_status::other_job:
+      throw rendezvous_error("rendezvous: the store at " + where + " belongs to another job (" +
+                             describe_other_job(g.job, job) +
+                             "): two jobs were started on one port; choose another MASTER_PORT "
+                             "(or DISTCOMM_MASTER_PORT) for one of them");
     case proto::handshake_status::version_mismatch:
       throw rendezvous_error("tcp_store: the store at " + where + " does not speak protocol " +
                              std::to_string(proto::protocol_version) +
@@ -246,16 +298,22 @@ bytes tcp_store::impl::call(const proto::request& r, std::chrono::duration<doubl
 }
 
 tcp_store::tcp_store(std::string host, int port, std::chrono::duration<double> timeout,
-                     std::string token)
+                     std::string token, job_identity job)
     : impl_(std::make_unique<impl>()) {
   if (port < 1 || port > 65535) {
     throw invalid_argument_error("tcp_store: port " + std::to_string(port) +
                                  " is outside 1..65535");
   }
+  if (job.id.size() > proto::max_job_id_bytes) {
+    throw invalid_argument_error("tcp_store: a job id has at most " +
+                                 std::to_string(proto::max_job_id_bytes) + " bytes, not " +
+                                 std::to_string(job.id.size()));
+  }
   set_timeout(timeout);
   impl_->host = std::move(host);
   impl_->port = port;
   impl_->token = std::move(token);
+  impl_->job = std::move(job);
   impl_->where = detail::host_port(impl_->host, port);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->connect(detail::deadline_after(timeout), timeout);
@@ -263,13 +321,27 @@ tcp_store::tcp_store(std::string host, int port, std::chrono::duration<double> t
 
 tcp_store::tcp_store(std::unique_ptr<tcp_store_server> server, std::string host,
                      std::chrono::duration<double> timeout, std::string token)
-    : tcp_store(std::move(host), server ? server->port() : 0, timeout, std::move(token)) {
+    : tcp_store(std::move(host), server ? server->port() : 0, timeout, std::move(token),
+                server ? server->job() : job_identity{}) {
   server_ = std::move(server);
 }
 
 tcp_store::~tcp_store() {
+  // Unwinding means this rank is failing: no rank can count on the store any more.
+  const bool failed = impl_->job_failed.load() || std::uncaught_exceptions() > 0;
   impl_.reset();  // close the connection before the hosted server (if any) stops
   if (!server_) return;
+  if (failed) {
+    // After a failure some rank may be stopped or hung and never disconnect: serving on would
+    // only keep this process alive (up to 30 s) after it has reported its error.
+    if (server_->connections() != 0 && log_enabled(log_level::info)) {
+      log(log_level::info, "tcp_store: the job failed; closing the store on port " +
+                               std::to_string(server_->port()) + " with " +
+                               std::to_string(server_->connections()) +
+                               " connection(s) still open");
+    }
+    return;
+  }
   // The hosting rank often finishes first (it does no more work than the others): keep serving
   // until the other ranks have read their last replies and disconnected, for at most the
   // store's timeout, so a late reader does not see its store vanish mid-call.
@@ -280,6 +352,8 @@ tcp_store::~tcp_store() {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
+
+void tcp_store::mark_job_failed() noexcept { impl_->job_failed.store(true); }
 
 const std::string& tcp_store::host() const noexcept { return impl_->host; }
 int tcp_store::port() const noexcept { return impl_->port; }
@@ -366,12 +440,13 @@ bytes tcp_store::compare_set(const std::string& key, const bytes& expected, cons
 
 std::unique_ptr<store> make_tcp_store(const std::string& host, int port, bool is_server,
                                       std::chrono::duration<double> timeout,
-                                      const std::string& token) {
-  if (!is_server) return std::make_unique<tcp_store>(host, port, timeout, token);
+                                      const std::string& token, const job_identity& job) {
+  if (!is_server) return std::make_unique<tcp_store>(host, port, timeout, token, job);
   // A name may resolve to a loopback alias on its own machine (Debian maps the host name to
   // 127.0.1.1), so a named host listens on every interface and the hosting client uses loopback.
   const bool numeric = is_numeric_address(host);
-  auto server = std::make_unique<tcp_store_server>(numeric ? host : std::string(), port, token);
+  auto server =
+      std::make_unique<tcp_store_server>(numeric ? host : std::string(), port, token, job);
   std::string local = host;
   if (!numeric || host == "0.0.0.0") local = "127.0.0.1";
   if (host == "::") local = "::1";

@@ -70,12 +70,27 @@ struct waiter {
   io_clock::time_point deadline;
 };
 
+// "world size 3, this store's job has 2" / "job 'b', this store's job is 'a'".
+std::string describe_other_job(const job_identity& client, const job_identity& server) {
+  std::string out;
+  if (client.world_size > 0 && server.world_size > 0 && client.world_size != server.world_size) {
+    out = "world size " + std::to_string(client.world_size) + ", this store's job has " +
+          std::to_string(server.world_size);
+  }
+  if (!client.id.empty() && !server.id.empty() && client.id != server.id) {
+    out += (out.empty() ? "" : "; ") + std::string("job ") + detail::quote_key(client.id) +
+           ", this store's job is " + detail::quote_key(server.id);
+  }
+  return out;
+}
+
 }  // namespace
 
 struct tcp_store_server::impl {
   std::string host;
   int port = 0;
   std::string token;
+  job_identity job;
   std::size_t max_connections = default_max_connections;
 
   socket_fd listener;
@@ -100,7 +115,7 @@ struct tcp_store_server::impl {
   void accept_all();
   void read_from(connection& c, std::uint64_t id);
   void process_input(connection& c, std::uint64_t id);
-  void on_hello(connection& c);
+  void on_hello(connection& c, const proto::hello& h);
   void on_proof(connection& c);
   void on_request(connection& c, std::uint64_t id, proto::request& r);
   void park(connection& c, std::uint64_t id, proto::command cmd, std::vector<std::string> keys,
@@ -119,9 +134,19 @@ struct tcp_store_server::impl {
 
 tcp_store_server::tcp_store_server(const std::string& host, int port, std::string token,
                                    std::size_t max_connections)
+    : tcp_store_server(host, port, std::move(token), job_identity{}, max_connections) {}
+
+tcp_store_server::tcp_store_server(const std::string& host, int port, std::string token,
+                                   job_identity job, std::size_t max_connections)
     : impl_(std::make_unique<impl>()) {
+  if (job.id.size() > proto::max_job_id_bytes) {
+    throw invalid_argument_error("tcp_store: a job id has at most " +
+                                 std::to_string(proto::max_job_id_bytes) + " bytes, not " +
+                                 std::to_string(job.id.size()));
+  }
   impl_->host = host;
   impl_->token = std::move(token);
+  impl_->job = std::move(job);
   impl_->max_connections = std::max<std::size_t>(max_connections, 1);
   impl_->listener = detail::listen_on(host, port, impl_->port);
   int pipe_fds[2];
@@ -146,6 +171,7 @@ const std::string& tcp_store_server::host() const noexcept { return impl_->host;
 std::size_t tcp_store_server::connections() const noexcept {
   return impl_->open_connections.load();
 }
+const job_identity& tcp_store_server::job() const noexcept { return impl_->job; }
 
 void tcp_store_server::impl::run() {
   std::vector<pollfd> fds;
@@ -235,6 +261,7 @@ void tcp_store_server::impl::accept_all() {
     const std::string peer = detail::peer_name(reinterpret_cast<sockaddr*>(&addr), len);
     proto::greeting g;
     g.auth = !token.empty();
+    g.job = job;
     if (conns.size() >= max_connections) {
       // The client reads the greeting before it writes anything, so closing right away cannot
       // reset the connection before the refusal arrives.
@@ -255,8 +282,7 @@ void tcp_store_server::impl::accept_all() {
     c.server_nonce = proto::random_nonce();
     g.server_nonce = c.server_nonce;
     open_connections.store(conns.size());
-    const auto record = proto::encode_greeting(g);
-    send(c, record.data(), record.size());
+    send(c, proto::encode_greeting(g));
   }
 }
 
@@ -281,11 +307,20 @@ void tcp_store_server::impl::read_from(connection& c, std::uint64_t id) {
 void tcp_store_server::impl::process_input(connection& c, std::uint64_t id) {
   while (!c.dead && !c.close_when_flushed && !c.writing()) {
     if (c.state == phase::hello) {
-      if (c.in.size() > proto::hello_bytes) {
+      proto::hello h;
+      const auto res = proto::decode_hello(c.in.data(), c.in.size(), h);
+      if (res.status == proto::decode_status::incomplete) return;  // at most max_hello_bytes
+      if (res.status == proto::decode_status::malformed) {
+        log(log_level::warn,
+            "tcp_store server: closing the connection from " + c.peer + ": " + res.error);
+        c.dead = true;
+        return;
+      }
+      // A client of another version hears so, whatever it sent after its head.
+      if (h.version == proto::protocol_version && c.in.size() > res.consumed) {
         return refuse(c, "it sent more than a hello before the server's proof");
       }
-      if (c.in.size() < proto::hello_bytes) return;
-      on_hello(c);
+      on_hello(c, h);
       c.in.clear();
     } else if (c.state == phase::proof) {
       if (c.in.size() > proto::client_proof_bytes) {
@@ -323,26 +358,25 @@ void tcp_store_server::impl::refuse(connection& c, const std::string& why) {
   c.in.clear();
 }
 
-void tcp_store_server::impl::on_hello(connection& c) {
-  proto::hello h;
-  if (!proto::decode_hello(c.in.data(), h)) {
-    log(log_level::warn, "tcp_store server: closing the connection from " + c.peer +
-                             ": it does not speak the DistComm store protocol");
-    c.dead = true;
-    return;
-  }
+void tcp_store_server::impl::on_hello(connection& c, const proto::hello& h) {
   c.client_nonce = h.client_nonce;
   bytes record(proto::server_proof_bytes, 0);
   const auto answer = [&](proto::handshake_status s, const std::string& why) {
     record[0] = static_cast<std::uint8_t>(s);
     log(log_level::warn, "tcp_store server: refused a client from " + c.peer + ": " + why);
-    send(c, record);
+    // Set first: the send may flush at once, and the connection must end once it has.
     c.close_when_flushed = true;
+    send(c, record);
   };
   if (h.version != proto::protocol_version) {
     return answer(proto::handshake_status::version_mismatch,
                   "it speaks protocol version " + std::to_string(h.version) + ", this server " +
                       std::to_string(proto::protocol_version));
+  }
+  // Before the token: a rank of another job is told so, whatever token it holds.
+  if (!same_job(job, h.job)) {
+    return answer(proto::handshake_status::other_job,
+                  "it belongs to another job (" + describe_other_job(h.job, job) + ")");
   }
   if (!token.empty() && !h.auth) {
     return answer(proto::handshake_status::token_required,

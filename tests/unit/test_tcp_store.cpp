@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -29,6 +30,8 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
+#include "distcomm/rendezvous/prefix_store.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
 
 using namespace distcomm;
@@ -73,6 +76,9 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+bytes hello(std::uint8_t version, bool token, std::uint32_t world_size = 0,
+            const std::string& id = {});
+
 // A plain blocking socket to 127.0.0.1:port with a 2 s receive timeout, for speaking the
 // protocol (or nonsense) by hand.
 class raw_socket {
@@ -111,16 +117,20 @@ class raw_socket {
       if (r < 0) return errno == ECONNRESET;
     }
   }
-  // The no-token handshake of protocol version 1 (docs/STORE.md).
+  // The greeting of protocol version 2: its 39-byte head, then the server's job (u32 world
+  // size, u8 id length, id), returned as head + job.
+  bytes greeting() const {
+    bytes g = recv(39 + 5);
+    REQUIRE(g.size() == 39 + 5);
+    REQUIRE(std::string(g.begin(), g.begin() + 4) == "DCST");
+    const bytes id = recv(g.back());
+    g.insert(g.end(), id.begin(), id.end());
+    return g;
+  }
+  // The no-token handshake of protocol version 2 (docs/STORE.md), saying no job.
   void handshake() const {
-    const bytes greeting = recv(39);
-    REQUIRE(greeting.size() == 39);
-    REQUIRE(std::string(greeting.begin(), greeting.begin() + 4) == "DCST");
-    bytes hello = b("DCST");
-    hello.push_back(1);  // version
-    hello.push_back(0);  // no token
-    hello.resize(hello.size() + 32, 7);
-    send(hello);
+    greeting();
+    send(hello(2, false));
     const bytes proof = recv(33);
     REQUIRE(proof.size() == 33);
     REQUIRE(proof[0] == 0);
@@ -135,6 +145,20 @@ class raw_socket {
 
 void put_u32(bytes& out, std::uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(v >> s));
+}
+
+// A hello of `version`: the 38-byte head, and from version 2 on the job (world size, id).
+bytes hello(std::uint8_t version, bool token, std::uint32_t world_size, const std::string& id) {
+  bytes h = b("DCST");
+  h.push_back(version);
+  h.push_back(token ? 1 : 0);
+  h.resize(h.size() + 32, 7);  // nonce
+  if (version >= 2) {
+    put_u32(h, world_size);
+    h.push_back(static_cast<std::uint8_t>(id.size()));
+    h.insert(h.end(), id.begin(), id.end());
+  }
+  return h;
 }
 
 // Redirects stderr (where distcomm::log writes) to a file while alive.
@@ -323,8 +347,11 @@ TEST_CASE("tcp_store: a port in use is an error naming address and port") {
   tcp_store_server first("127.0.0.1", 0);
   const std::string msg =
       error_of<rendezvous_error>([&] { tcp_store_server second("127.0.0.1", first.port()); });
-  CHECK(msg == "tcp_store: cannot listen on 127.0.0.1:" + std::to_string(first.port()) +
-                   ": Address already in use");
+  const std::string port = std::to_string(first.port());
+  CHECK(msg == "tcp_store: cannot listen on 127.0.0.1:" + port +
+                   ": Address already in use: another process (another job's store?) already "
+                   "uses port " +
+                   port + "; choose another MASTER_PORT (or DISTCOMM_MASTER_PORT)");
 }
 
 TEST_CASE("tcp_store: connections beyond the limit are refused with a clear error") {
@@ -380,14 +407,9 @@ TEST_CASE("tcp_store: authentication") {
   }
   SUBCASE("a raw client that skips the handshake gets nothing") {
     raw_socket raw(server.port());
-    const bytes greeting = raw.recv(39);
-    REQUIRE(greeting.size() == 39);
-    CHECK(greeting[6] == 1);  // the server asks for authentication
-    bytes hello = b("DCST");
-    hello.push_back(1);
-    hello.push_back(1);  // claims a token
-    hello.resize(38, 0);
-    raw.send(hello);
+    const bytes greeting = raw.greeting();
+    CHECK(greeting[6] == 1);   // the server asks for authentication
+    raw.send(hello(2, true));  // claims a token
     CHECK(raw.recv(33).size() == 33);
     raw.send(bytes(32, 0));  // but cannot compute the MAC
     CHECK(raw.recv(1) == bytes{5});
@@ -413,13 +435,15 @@ TEST_CASE("tcp_store: a rogue server without the token gets no MAC from the clie
   std::thread rogue([&] {
     const int c = ::accept(lfd, nullptr, nullptr);
     bytes greeting = b("DCST");
-    greeting.push_back(1);
+    greeting.push_back(2);
     greeting.push_back(0);
     greeting.push_back(1);
     greeting.resize(39, 9);
+    put_u32(greeting, 0);  // no job said
+    greeting.push_back(0);
     ::send(c, greeting.data(), greeting.size(), MSG_NOSIGNAL);
-    std::uint8_t hello[38];
-    ::recv(c, hello, sizeof hello, MSG_WAITALL);
+    std::uint8_t hello_record[38 + 5];
+    ::recv(c, hello_record, sizeof hello_record, MSG_WAITALL);
     bytes proof(33, 0x42);
     proof[0] = 0;
     ::send(c, proof.data(), proof.size(), MSG_NOSIGNAL);
@@ -583,4 +607,418 @@ TEST_CASE("tcp_store: real processes add, wait and meet at a barrier") {
   }
   ::close(port_pipe[0]);
   ::close(port_pipe[1]);
+}
+
+// ---- one job per store ------------------------------------------------------------------------
+
+TEST_CASE("same_job: unsaid parts agree with anything, said ones must be equal") {
+  CHECK(same_job({}, {}));
+  CHECK(same_job({2, ""}, {2, ""}));
+  CHECK(same_job({2, "a"}, {2, "a"}));
+  CHECK(same_job({0, "a"}, {2, "a"}));
+  CHECK(same_job({2, ""}, {2, "a"}));
+  CHECK(same_job({}, {3, "b"}));
+  CHECK_FALSE(same_job({2, ""}, {3, ""}));
+  CHECK_FALSE(same_job({2, "a"}, {2, "b"}));
+  CHECK_FALSE(same_job({2, "a"}, {3, "a"}));
+}
+
+TEST_CASE("tcp_store: a rank of another job is refused at once, naming the port and the clash") {
+  stderr_capture log;
+  tcp_store_server server("127.0.0.1", 0, "", job_identity{2, ""});
+  const std::string where = "127.0.0.1:" + std::to_string(server.port());
+  tcp_store member("127.0.0.1", server.port(), seconds(10.0), "", job_identity{2, ""});
+  member.set("k", b("v"));
+
+  SUBCASE("another world size") {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string msg = error_of<rendezvous_error>([&] {
+      tcp_store("127.0.0.1", server.port(), seconds(10.0), "", job_identity{3, ""});
+    });
+    CHECK(since(t0) < 1.0);  // at once, not at the 10 s timeout
+    CHECK(msg == "rendezvous: the store at " + where +
+                     " belongs to another job (world size 2, this rank expects 3): two jobs were "
+                     "started on one port; choose another MASTER_PORT (or DISTCOMM_MASTER_PORT) "
+                     "for one of them");
+    CHECK(log.saw("refused a client from 127.0.0.1:"));
+    CHECK_HAS(log.text(), "it belongs to another job (world size 3, this store's job has 2)");
+  }
+  SUBCASE("another launcher job id") {
+    tcp_store_server named("127.0.0.1", 0, "", job_identity{2, "slurm:41.0"});
+    const std::string msg = error_of<rendezvous_error>([&] {
+      tcp_store("127.0.0.1", named.port(), seconds(10.0), "", job_identity{2, "slurm:42.0"});
+    });
+    CHECK_HAS(msg, "belongs to another job (job 'slurm:41.0', this rank's job 'slurm:42.0')");
+    CHECK_HAS(msg, "choose another MASTER_PORT");
+    CHECK(log.saw("job 'slurm:42.0', this store's job is 'slurm:41.0'"));
+    // What is not said agrees: a client without an identity, or without an id, is served.
+    tcp_store anyone("127.0.0.1", named.port(), seconds(1.0));
+    tcp_store sized("127.0.0.1", named.port(), seconds(1.0), "", job_identity{2, ""});
+    anyone.set("a", b("1"));
+    CHECK(str(sized.get("a")) == "1");
+  }
+  SUBCASE("the clash is said before the token is checked") {
+    tcp_store_server secured("127.0.0.1", 0, token_a, job_identity{2, ""});
+    const std::string msg = error_of<rendezvous_error>([&] {
+      tcp_store("127.0.0.1", secured.port(), seconds(10.0), token_b, job_identity{3, ""});
+    });
+    CHECK_HAS(msg, "belongs to another job (world size 2, this rank expects 3)");
+    tcp_store ok("127.0.0.1", secured.port(), seconds(1.0), token_a, job_identity{2, ""});
+    ok.set("x", b("1"));
+  }
+  SUBCASE("a server without an identity serves every job") {
+    tcp_store_server open_server("127.0.0.1", 0);
+    tcp_store three("127.0.0.1", open_server.port(), seconds(1.0), "", job_identity{3, "x"});
+    three.set("x", b("1"));
+  }
+  // The job's own clients never noticed.
+  CHECK(str(member.get("k")) == "v");
+  tcp_store again("127.0.0.1", server.port(), seconds(1.0), "", job_identity{2, ""});
+  CHECK(str(again.get("k")) == "v");
+}
+
+TEST_CASE("make_tcp_store: the hosting rank's server belongs to its job") {
+  auto host = make_tcp_store("127.0.0.1", 0, true, seconds(1.0), "", job_identity{2, "j"});
+  const int port = dynamic_cast<tcp_store&>(*host).server()->port();
+  CHECK(dynamic_cast<tcp_store&>(*host).server()->job().world_size == 2);
+  CHECK_HAS(error_of<rendezvous_error>([&] {
+              make_tcp_store("127.0.0.1", port, false, seconds(1.0), "", job_identity{3, "j"});
+            }),
+            "belongs to another job (world size 2, this rank expects 3)");
+  auto member = make_tcp_store("127.0.0.1", port, false, seconds(1.0), "", job_identity{2, "j"});
+  member->set("k", b("v"));
+  CHECK(str(host->get("k")) == "v");
+}
+
+TEST_CASE("tcp_store: protocol version 1 and version 2 tell each other apart") {
+  stderr_capture log;
+  SUBCASE("a version 1 client hears version_mismatch") {
+    tcp_store_server server("127.0.0.1", 0, "", job_identity{2, ""});
+    raw_socket raw(server.port());
+    const bytes greeting = raw.greeting();
+    CHECK(greeting[4] == 2);    // this server's version
+    raw.send(hello(1, false));  // the 38-byte hello of version 1: no job
+    const bytes proof = raw.recv(33);
+    REQUIRE(proof.size() == 33);
+    CHECK(proof[0] == 2);  // version_mismatch
+    CHECK(raw.closed_by_peer());
+    CHECK(log.saw("it speaks protocol version 1, this server 2"));
+  }
+  SUBCASE("a version 1 server is named as such") {
+    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(lfd, 1) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+    std::thread old_server([&] {
+      const int c = ::accept(lfd, nullptr, nullptr);
+      bytes greeting = b("DCST");
+      greeting.push_back(1);  // version 1: 39 bytes, no job
+      greeting.push_back(0);
+      greeting.push_back(0);
+      greeting.resize(39, 9);
+      ::send(c, greeting.data(), greeting.size(), MSG_NOSIGNAL);
+      char sink[64];
+      ::recv(c, sink, sizeof sink, 0);
+      ::close(c);
+    });
+    const std::string msg = error_of<rendezvous_error>(
+        [&] { tcp_store("127.0.0.1", ntohs(a.sin_port), seconds(1.0)); });
+    old_server.join();
+    ::close(lfd);
+    CHECK_HAS(msg, "speaks protocol version 1, this client 2");
+  }
+}
+
+// ---- the hosting rank's exit ------------------------------------------------------------------
+
+namespace {
+
+// A child process that connects to the store at the port it reads from `port_pipe`, says so on
+// `ready_pipe`, and stops itself (SIGSTOP): a rank that never disconnects.
+pid_t stopped_client(int port_pipe[2], int ready_pipe[2]) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(port_pipe[1]);
+    ::close(ready_pipe[0]);
+    int port = 0;
+    if (::read(port_pipe[0], &port, sizeof port) != sizeof port) ::_exit(2);
+    try {
+      tcp_store s("127.0.0.1", port, seconds(5.0));
+      s.set("stopped/here", b("1"));
+      const char ok = 1;
+      if (::write(ready_pipe[1], &ok, 1) != 1) ::_exit(3);
+      ::raise(SIGSTOP);
+    } catch (...) {
+      ::_exit(4);
+    }
+    ::_exit(0);
+  }
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("tcp_store: the hosting store leaves at once after a failure, though a rank is stopped") {
+  // Forked before this process has any thread (the server's comes after).
+  int port_pipe[2];
+  int ready_pipe[2];
+  REQUIRE(::pipe(port_pipe) == 0);
+  REQUIRE(::pipe(ready_pipe) == 0);
+  const pid_t child = stopped_client(port_pipe, ready_pipe);
+  ::close(port_pipe[0]);
+  ::close(ready_pipe[1]);
+
+  constexpr double linger = 2.0;  // the store's timeout: the longest the host waits for a client
+  auto host = make_tcp_store("127.0.0.1", 0, true, seconds(linger));
+  const int port = dynamic_cast<tcp_store&>(*host).server()->port();
+  REQUIRE(::write(port_pipe[1], &port, sizeof port) == sizeof port);
+  char ok = 0;
+  REQUIRE(::read(ready_pipe[0], &ok, 1) == 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, WUNTRACED) == child);
+  REQUIRE(WIFSTOPPED(status));
+  CHECK(str(host->get("stopped/here")) == "1");
+
+  SUBCASE("without a failure it serves until its linger ends (the stopped rank never leaves)") {
+    const auto t0 = std::chrono::steady_clock::now();
+    host.reset();
+    CHECK(since(t0) >= linger - 0.1);
+  }
+  SUBCASE("after mark_job_failed it leaves at once") {
+    host->mark_job_failed();
+    const auto t0 = std::chrono::steady_clock::now();
+    host.reset();
+    CHECK(since(t0) < 0.5);
+  }
+  SUBCASE("through a prefix_store too") {
+    prefix_store view("backend", std::shared_ptr<store>(std::move(host)));
+    view.mark_job_failed();
+    const auto t0 = std::chrono::steady_clock::now();
+    { const auto drop = std::move(view); }
+    CHECK(since(t0) < 0.5);
+  }
+  SUBCASE("while an exception unwinds it leaves at once") {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      const auto owned = std::move(host);
+      throw std::runtime_error("a failed collective");
+    } catch (const std::runtime_error&) {
+    }
+    CHECK(since(t0) < 0.5);
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, &status, 0);
+  ::close(port_pipe[1]);
+  ::close(ready_pipe[0]);
+}
+
+TEST_CASE("tcp_store: a rank still reading keys when the host finishes gets them") {
+  auto host = make_tcp_store("127.0.0.1", 0, true, seconds(5.0));
+  const int port = dynamic_cast<tcp_store&>(*host).server()->port();
+  host->set("last", b("word"));
+  auto late = std::make_unique<tcp_store>("127.0.0.1", port, seconds(5.0));
+  std::string got;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(300ms);  // still busy when the host is destroyed
+    got = str(late->get("last"));
+    late.reset();  // disconnects: the host may go
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  host.reset();
+  reader.join();
+  CHECK(got == "word");
+  CHECK(since(t0) >= 0.25);
+  CHECK(since(t0) < 2.0);
+}
+
+// ---- bootstrap: one job, one deadline ---------------------------------------------------------
+
+namespace {
+
+using env_map = std::map<std::string, std::string>;
+
+env_map rank_env(int rank, int size, int port, const std::string& addr = "127.0.0.1") {
+  return {{"DISTCOMM_RANK", std::to_string(rank)},
+          {"DISTCOMM_WORLD_SIZE", std::to_string(size)},
+          {"DISTCOMM_MASTER_ADDR", addr},
+          {"DISTCOMM_MASTER_PORT", std::to_string(port)}};
+}
+
+config with_timeout(double s) {
+  config cfg;
+  cfg.timeout = seconds(s);
+  cfg.log = log_level::warn;
+  return cfg;
+}
+
+// bootstrap() of one rank on a thread: what it threw (empty when it succeeded) and when.
+struct rank_run {
+  std::string error;
+  double finished = 0;  // seconds after t0
+  job j;
+};
+
+std::thread start_rank(rank_run& out, env_map e, config cfg,
+                       std::chrono::steady_clock::time_point t0) {
+  return std::thread([&out, e = std::move(e), cfg, t0] {
+    try {
+      out.j = bootstrap(cfg, [&](const char* name) -> const char* {
+        const auto it = e.find(name);
+        return it == e.end() ? nullptr : it->second.c_str();
+      });
+    } catch (const timeout_error& err) {
+      out.error = std::string("timeout_error: ") + err.what();
+    } catch (const std::exception& err) {
+      out.error = err.what();
+    }
+    out.finished = since(t0);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("job_identity_from_env: the world size and the launcher's job id") {
+  const auto identity = [](const env_map& e) {
+    const auto lookup = [&](const char* name) -> const char* {
+      const auto it = e.find(name);
+      return it == e.end() ? nullptr : it->second.c_str();
+    };
+    return job_identity_from_env(detect_world(lookup), lookup);
+  };
+  const job_identity plain = identity(rank_env(1, 3, 29500));
+  CHECK(plain.world_size == 3);
+  CHECK(plain.id.empty());
+  env_map named = rank_env(1, 3, 29500);
+  named["DISTCOMM_JOB_ID"] = "run-7";
+  CHECK(identity(named).id == "run-7");
+  CHECK(identity({{"RANK", "1"},
+                  {"WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "h"},
+                  {"MASTER_PORT", "1"},
+                  {"TORCHELASTIC_RUN_ID", "abc"}})
+            .id == "torchrun:abc");
+  CHECK(identity({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_MCA_ess_base_jobid", "1230766081"}})
+            .id == "open_mpi:1230766081");
+  CHECK(identity({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"PMIX_NAMESPACE", "prterun-h-1@1"},
+                  {"OMPI_MCA_ess_base_jobid", "1"}})
+            .id == "pmix:prterun-h-1@1");
+  CHECK(identity({{"SLURM_STEP_ID", "3"},
+                  {"SLURM_JOB_ID", "42"},
+                  {"SLURM_PROCID", "0"},
+                  {"SLURM_NTASKS", "2"}})
+            .id == "slurm:42.3");
+  // Another launcher's ids say nothing about this job (torchrun inside a Slurm allocation).
+  CHECK(identity({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "h"},
+                  {"MASTER_PORT", "1"},
+                  {"SLURM_JOB_ID", "42"},
+                  {"SLURM_STEP_ID", "0"}})
+            .id.empty());
+}
+
+TEST_CASE("bootstrap: a rank of another job on this job's port fails at once, the job goes on") {
+  stderr_capture log;
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  rank_run r0, r1, intruder, intruder0;
+  std::thread t0_thread = start_rank(r0, rank_env(0, 2, port), with_timeout(10), t0);
+  std::this_thread::sleep_for(200ms);  // the job's store is up
+  // A 3-rank job started on the same port: its rank 1 meets this job's store, its rank 0 finds
+  // the port taken.
+  std::thread ti = start_rank(intruder, rank_env(1, 3, port), with_timeout(10), t0);
+  std::thread ti0 = start_rank(intruder0, rank_env(0, 3, port), with_timeout(10), t0);
+  ti.join();
+  ti0.join();
+  std::thread t1_thread = start_rank(r1, rank_env(1, 2, port), with_timeout(10), t0);
+  t0_thread.join();
+  t1_thread.join();
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  CHECK(intruder.error == "rendezvous: the store at " + where +
+                              " belongs to another job (world size 2, this rank expects 3): two "
+                              "jobs were started on one port; choose another MASTER_PORT (or "
+                              "DISTCOMM_MASTER_PORT) for one of them");
+  CHECK(intruder.finished < 1.5);
+  CHECK_HAS(intruder0.error, "cannot listen on " + where + ": Address already in use");
+  CHECK_HAS(intruder0.error,
+            "already uses port " + std::to_string(port) + "; choose another MASTER_PORT");
+  CHECK(intruder0.finished < 1.5);
+  // The job itself never noticed.
+  CHECK(r0.error.empty());
+  CHECK(r1.error.empty());
+  REQUIRE(r0.j.kv);
+  REQUIRE(r1.j.kv);
+  r1.j.kv->set("from/1", b("hi"));
+  CHECK(str(r0.j.kv->get("from/1")) == "hi");
+}
+
+TEST_CASE("bootstrap: a missing rank or an unresolvable master fails within one DISTCOMM_TIMEOUT") {
+  // Progress lines come every 5 s: a 6 s timeout sees one before the deadline.
+  constexpr double timeout = 6.0;
+  stderr_capture log;
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  rank_run r0, r1, lost;
+  std::thread a = start_rank(r0, rank_env(0, 3, port), with_timeout(timeout), t0);
+  std::thread c = start_rank(r1, rank_env(1, 3, port), with_timeout(timeout), t0);
+  std::thread d = start_rank(lost, rank_env(1, 2, free_port(), "nonexistent.invalid"),
+                             with_timeout(timeout), t0);
+  a.join();
+  c.join();
+  d.join();
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  for (const rank_run* r : {&r0, &r1}) {
+    CHECK_HAS(r->error, "timeout_error: rendezvous: rank ");
+    CHECK_HAS(r->error, " of 3: rank 2 (of 3) never reached the store at " + where +
+                            " within 6 s (DISTCOMM_TIMEOUT)");
+    CHECK(r->finished >= timeout - 0.1);
+    CHECK(r->finished < timeout + 1.5);
+  }
+  // While waiting, each said which rank was missing and how long was left.
+  const std::string text = log.text();
+  CHECK_HAS(text,
+            "[distcomm warn] rendezvous: rank 0 of 3: waiting for rank 2 (of 3) to reach "
+            "the store at " +
+                where +
+                " (2 arrived); 1 s left of start-up "
+                "(DISTCOMM_TIMEOUT=6 s)");
+  CHECK_HAS(text, "rendezvous: rank 1 of 3: waiting for rank 2 (of 3)");
+  // The master that does not resolve: said while trying, and the same single deadline.
+  CHECK_HAS(text, "tcp_store: no store at nonexistent.invalid:");
+  CHECK_HAS(text, "(last error: cannot resolve 'nonexistent.invalid'");
+  CHECK_HAS(lost.error,
+            "timeout_error: rendezvous: rank 1 of 2 did not finish start-up within "
+            "6 s (DISTCOMM_TIMEOUT): tcp_store: could not connect to the store at "
+            "nonexistent.invalid:");
+  CHECK(lost.finished >= timeout - 0.1);
+  CHECK(lost.finished < timeout + 1.5);
+}
+
+TEST_CASE("bootstrap: waiting for the store and then for a rank share one deadline") {
+  // Rank 1 starts 4 s before the store exists; waiting for it and then for the missing rank 2
+  // together take one DISTCOMM_TIMEOUT from rank 1's start, not one each.
+  constexpr double timeout = 6.0;
+  stderr_capture log;
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  rank_run r0, r1;
+  std::thread early = start_rank(r1, rank_env(1, 3, port), with_timeout(timeout), t0);
+  std::this_thread::sleep_for(4s);
+  std::thread host = start_rank(r0, rank_env(0, 3, port), with_timeout(3.0), t0);
+  early.join();
+  host.join();
+  CHECK_HAS(r1.error, "rank 1 of 3: rank 2 (of 3) never reached the store");
+  CHECK(r1.finished >= timeout - 0.1);
+  CHECK(r1.finished < timeout + 1.5);  // 10 s when each step had its own timeout
+  CHECK_HAS(log.text(), "rendezvous: rank 1 of 3: waiting for rank 2 (of 3) to reach the store");
+  CHECK_HAS(r0.error, "rank 0 of 3: rank 2 (of 3) never reached the store");
 }

@@ -93,6 +93,7 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
     }
     kv = std::make_shared<hash_store>(opts.timeout);
   }
+  state_->kv = kv;
   std::string prefix = opts.prefix;
   if (prefix.empty()) {
     // Every rank creates its communicators in the same order, so the n-th one of each rank
@@ -170,6 +171,7 @@ void gloo_backend::abort(const std::string& reason) noexcept {
       state_->abort_reason = reason;
       state_->aborted = true;
     }
+    state_->mark_job_failed();
     const detail::sigpipe_guard no_sigpipe;
     if (state_->transport) {
       std::vector<int> everyone(static_cast<std::size_t>(size_));

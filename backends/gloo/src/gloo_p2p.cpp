@@ -271,9 +271,16 @@ void gloo_state::rethrow_transport(const gloo_op& op) {
 }
 
 void gloo_state::record_failure(const std::string& what) {
-  std::lock_guard<std::mutex> lock(failure_mutex);
-  if (last_failure.empty()) last_failure = what;
-  failed = true;
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    if (last_failure.empty()) last_failure = what;
+    failed = true;
+  }
+  mark_job_failed();
+}
+
+void gloo_state::mark_job_failed() noexcept {
+  if (const auto s = kv.lock()) s->mark_job_failed();
 }
 
 void gloo_state::send_notices(const std::string& reason, const std::vector<int>& peers) {

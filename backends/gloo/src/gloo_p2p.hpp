@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm::detail {
 
@@ -164,6 +165,10 @@ struct gloo_state {
   std::atomic<bool> connections_closed{false};       // abort() closed every connection
   std::shared_ptr<exposed_context> context;
   std::shared_ptr<tcp::Context> transport;
+  // The job's store, told when this backend fails (abort, a failed wait) so that the rank hosting
+  // it does not keep serving a failed job at exit. Not owned: the store may go first.
+  std::weak_ptr<store> kv;
+  void mark_job_failed() noexcept;
 
   // ---- notices and failures ----
   // Posts the notice receives; sizes the per-peer tables. Once, after connecting.

@@ -330,9 +330,12 @@ struct ucx_state {
       // barrier every healthy rank has completed every receive, so no message is in flight, and
       // the endpoints are force-closed: a flushing close needs the peers to progress, and they
       // may be gone.
-      if (connected && size > 1) {
-        close_barrier(!aborted && !timed_out && !any_failed() && std::uncaught_exceptions() == 0);
-      }
+      const bool healthy =
+          !aborted && !timed_out && !any_failed() && std::uncaught_exceptions() == 0;
+      if (connected && size > 1) close_barrier(healthy);
+      // The rank hosting the store then does not serve a failed job on at exit (a stopped peer
+      // would hold it there until the store's linger ends).
+      if (!healthy && kv) kv->mark_job_failed();
       cancel_notices();
       close_endpoints(deadline_after(std::min(timeout, close_limit)));
       ucp_worker_destroy(worker);
@@ -730,6 +733,7 @@ void ucx_backend::abort(const std::string& reason) noexcept {
   } catch (...) {
   }
   state_->aborted = true;
+  if (state_->kv) state_->kv->mark_job_failed();
   // The notice tells every peer why (UCX carries no reason, and a force-closed endpoint leaves
   // the connection to the peer open until this worker goes); then force-close (no flush,
   // bounded), so nothing of ours stays in flight.

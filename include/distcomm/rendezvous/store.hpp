@@ -39,6 +39,13 @@ class store {
   virtual bytes compare_set(const std::string& key, const bytes& expected,
                             const bytes& desired) = 0;
 
+  // Says that the job this store serves has failed (a collective failed, a peer was lost, the
+  // backend aborted). A store that hosts the job's server then stops serving as soon as it is
+  // destroyed, instead of waiting for the other ranks to disconnect: after a failure some rank
+  // may be stopped or hung and never would. Backends call it from abort(); stores without a
+  // server ignore it. Never throws; calling it again changes nothing.
+  virtual void mark_job_failed() noexcept {}
+
   std::chrono::duration<double> timeout() const noexcept { return timeout_; }
   void set_timeout(std::chrono::duration<double> t) noexcept { timeout_ = t; }
 

@@ -18,6 +18,18 @@
 
 namespace distcomm {
 
+// The job a store belongs to, as the client and the server each say it in the handshake: a
+// server refuses at once a client that names another job (a rank of a second job started on the
+// same port), and the client's rendezvous_error names the port and the clash. A part that is
+// not said (world size 0, empty id) agrees with anything: a server or client built without an
+// identity (a store run by someone else, DISTCOMM_STORE_ADDR) serves or joins any job.
+struct job_identity {
+  int world_size = 0;  // the job's number of ranks; 0: not said
+  std::string id;      // what the launcher calls the job (at most 255 bytes); "": not said
+};
+// False when a and b say different world sizes or different ids.
+bool same_job(const job_identity& a, const job_identity& b) noexcept;
+
 // The server: listens on host:port and serves on a thread of its own (poll over every
 // connection; waits are parked and answered when their keys arrive, never blocking the thread).
 // A malformed, truncated or oversized message closes that connection only. Stops in the destructor.
@@ -29,8 +41,12 @@ class tcp_store_server {
   // host: a numeric address to listen on ("127.0.0.1", "::1"), "" or "0.0.0.0" / "::" for every
   // interface, or a name (resolved, first address that binds). port 0 picks a free port.
   // token: empty for no authentication. rendezvous_error naming address and port when it cannot
-  // listen ("tcp_store: cannot listen on 127.0.0.1:29500: Address already in use").
+  // listen ("tcp_store: cannot listen on 127.0.0.1:29500: Address already in use: another
+  // process (another job's store?) already uses port 29500; choose another MASTER_PORT ...").
   tcp_store_server(const std::string& host, int port, std::string token = {},
+                   std::size_t max_connections = default_max_connections);
+  // A server of one job: clients that name another job are refused in the handshake.
+  tcp_store_server(const std::string& host, int port, std::string token, job_identity job,
                    std::size_t max_connections = default_max_connections);
   ~tcp_store_server();
   tcp_store_server(const tcp_store_server&) = delete;
@@ -41,6 +57,7 @@ class tcp_store_server {
   const std::string& host() const noexcept;
   // Connections open now (for tests and diagnostics).
   std::size_t connections() const noexcept;
+  const job_identity& job() const noexcept;
 
  private:
   struct impl;
@@ -51,15 +68,25 @@ class tcp_store_server {
 // passes (the server may start after its clients); every call has a deadline (the store's
 // timeout) and never blocks without one. Calls from several threads are serialised; give each
 // thread its own client when they wait concurrently. After a lost connection or an expired
-// deadline the next call reconnects.
+// deadline the next call reconnects. While it cannot connect it logs at warn level every few
+// seconds what it last got and how long it goes on trying.
+//
+// `job` is what this client says of its job in the handshake; a server of another job refuses
+// it at once (rendezvous_error "the store at H:P belongs to another job (...)").
 class tcp_store final : public store {
  public:
   tcp_store(std::string host, int port,
             std::chrono::duration<double> timeout = std::chrono::duration<double>(300.0),
-            std::string token = {});
-  // A client that owns `server` (kept alive as long as this client) and connects to it.
+            std::string token = {}, job_identity job = {});
+  // A client that owns `server` (kept alive as long as this client) and connects to it, saying
+  // the server's job.
   tcp_store(std::unique_ptr<tcp_store_server> server, std::string host,
             std::chrono::duration<double> timeout, std::string token);
+  // Destroying a client that hosts the server keeps serving the other ranks until they have
+  // disconnected, for at most min(timeout(), 30 s), so a rank still reading its last keys does
+  // not see the store vanish; not at all once mark_job_failed() was called, or while an
+  // exception unwinds the stack (the job has failed, and a stopped or hung rank never
+  // disconnects).
   ~tcp_store() override;
 
   void set(const std::string& key, const bytes& value) override;
@@ -68,6 +95,7 @@ class tcp_store final : public store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys) override;
   bytes compare_set(const std::string& key, const bytes& expected, const bytes& desired) override;
+  void mark_job_failed() noexcept override;
 
   const std::string& host() const noexcept;
   int port() const noexcept;
@@ -88,9 +116,12 @@ class tcp_store final : public store {
 // DISTCOMM_STORE_ADDR=host:port names a server run by someone else (a launcher, or a process
 // that built a tcp_store_server): then every rank passes is_server = false and that address,
 // and MASTER_ADDR/MASTER_PORT are left to the backends. store_addr_from_env() reads it.
+//
+// `job` is this rank's job: the server's identity when it hosts, what it says as a client. A port
+// that is taken is a rendezvous_error naming it and saying to choose another MASTER_PORT.
 std::unique_ptr<store> make_tcp_store(const std::string& host, int port, bool is_server,
                                       std::chrono::duration<double> timeout,
-                                      const std::string& token = {});
+                                      const std::string& token = {}, const job_identity& job = {});
 
 struct store_address {
   std::string host;
