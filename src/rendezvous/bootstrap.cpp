@@ -157,7 +157,7 @@ std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s,
 // store_barrier "distcomm/bootstrap" within the start-up deadline, saying every few seconds
 // which ranks are still missing. A rank whose store closes meanwhile (rank 0, hosting it, gave
 // up or failed first) says what it was waiting for.
-void meet_every_rank(store& kv, const startup& s, const std::string& where) {
+void meet_every_rank(store& kv, const startup& s, const std::string& where, bool rank0_hosts) {
   const std::string name = "distcomm/bootstrap";
   const auto key_of = [&](int r) { return name + "/" + std::to_string(r); };
   std::vector<std::string> keys;
@@ -187,8 +187,8 @@ void meet_every_rank(store& kv, const startup& s, const std::string& where) {
       if (s.left().count() <= 0) {
         throw timeout_error(s.who() + ": " + missing_text() + " never reached the store at " +
                             where + " within " + detail::format_seconds(s.timeout) +
-                            " (DISTCOMM_TIMEOUT); are they running, with this job's "
-                            "MASTER_ADDR and MASTER_PORT?");
+                            " (DISTCOMM_TIMEOUT); " + (missing.size() == 1 ? "is it" : "are they") +
+                            " running, with this job's MASTER_ADDR and MASTER_PORT?");
       }
       log(log_level::warn, s.who() + ": waiting for " + missing_text() + " to reach the store at " +
                                where + " (" +
@@ -196,11 +196,13 @@ void meet_every_rank(store& kv, const startup& s, const std::string& where) {
                                " arrived); " + s.left_text());
     }
   } catch (const peer_lost_error& e) {
-    if (s.rank == 0) throw;
-    throw peer_lost_error(
-        s.who() + ": the store at " + where + " closed during start-up" +
-        (missing.empty() ? std::string() : " while this rank waited for " + missing_text()) +
-        ": rank 0, which hosts it, gave up or failed first (" + e.what() + ")");
+    if (s.rank == 0 && rank0_hosts) throw;
+    throw peer_lost_error(s.who() + ": the store at " + where + " closed during start-up" +
+                          " while this rank waited for " +
+                          (missing.empty() ? std::string("the other ranks") : missing_text()) +
+                          (rank0_hosts ? ": rank 0, which hosts it, gave up or failed first ("
+                                       : ": its server (DISTCOMM_STORE_ADDR) stopped (") +
+                          e.what() + ")");
   }
 }
 
@@ -265,8 +267,10 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
   const job_identity me = job_identity_from_env(j.world, getenv);
   std::string meeting_place;
   std::string where;
+  const auto addr = store_addr_from_env(getenv);
+  const bool external = addr.has_value();
   try {
-    if (const auto addr = store_addr_from_env(getenv)) {
+    if (external) {
       // Someone else runs the store: every rank is a client.
       where = detail::host_port(addr->host, addr->port);
       j.kv = make_tcp_store(addr->host, addr->port, false, s.left(), token, me);
@@ -282,7 +286,7 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
       j.kv = make_tcp_store(j.world.master_addr, j.world.master_port, j.world.rank == 0, s.left(),
                             token, me);
     }
-    meet_every_rank(*j.kv, s, where);
+    meet_every_rank(*j.kv, s, where, !external);
   } catch (const timeout_error& e) {
     if (j.kv) j.kv->mark_job_failed();
     const std::string what = e.what();
