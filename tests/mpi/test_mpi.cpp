@@ -136,6 +136,89 @@ TEST_CASE("adopting MPI_COMM_WORLD: attach and duplicate") {
   }
 }
 
+namespace {
+
+// Receives `posted` bytes from rank 1 on `tag` into a buffer followed by guard bytes, while rank 1
+// sends `sent`: the wait must fail with mismatch_error naming both ranks and sizes, and not one
+// byte past the posted ones may change. A later message on the tag is then received normally.
+void check_oversized(mpi_backend& b, std::size_t sent, std::size_t posted, tag_t tag) {
+  CAPTURE(sent);
+  CAPTURE(posted);
+  constexpr std::size_t guard = 64 * 1024;
+  constexpr unsigned char untouched = 0xee;
+  if (b.rank() == 1) {
+    const std::vector<unsigned char> data(sent, 0x5a);
+    const std::int64_t next = 4242;
+    auto big = b.isend(data.data(), data.size(), 0, tag);
+    auto small = b.isend(&next, sizeof next, 0, tag);
+    big.wait(soon());
+    small.wait(soon());
+  } else if (b.rank() == 0) {
+    std::vector<unsigned char> buf(posted + guard, untouched);
+    try {
+      b.irecv(buf.data(), posted, 1, tag).wait(soon());
+      FAIL_CHECK("a receive smaller than the message completed without mismatch_error");
+    } catch (const mismatch_error& e) {
+      const std::string m = e.what();
+      CHECK_MESSAGE(m.find("rank 1 sent " + std::to_string(sent) + " bytes") != std::string::npos,
+                    m);
+      CHECK_MESSAGE(m.find("rank 0 expected " + std::to_string(posted)) != std::string::npos, m);
+    }
+    std::size_t written = 0;
+    for (std::size_t i = posted; i < buf.size(); ++i) written += buf[i] != untouched;
+    CHECK_MESSAGE(written == 0, written << " bytes written past the posted " << posted);
+    std::int64_t next = 0;
+    b.irecv(&next, sizeof next, 1, tag).wait(soon());
+    CHECK(next == 4242);
+  }
+  world_barrier();
+}
+
+}  // namespace
+
+TEST_CASE("a message larger than the posted receive: mismatch_error, nothing written past it") {
+  mpi_backend b;
+  check_oversized(b, 40, 8, 201);        // eager
+  check_oversized(b, 12000, 8000, 202);  // above vader's 4 KiB eager limit
+  check_oversized(b, 300008 * sizeof(float), 300007 * sizeof(float), 203);  // one element more
+  check_oversized(b, 8, 0, 204);
+}
+
+TEST_CASE("receives of one peer and tag match in posting order whatever order they are tested in") {
+  mpi_backend b;
+  constexpr tag_t tag = 211;
+  if (b.rank() == 1) {
+    std::vector<std::int64_t> first(3, 1), second(3000, 2), third(20000, 3), fourth(2, 4);
+    std::vector<mpi_request> sends;
+    sends.push_back(b.isend(first.data(), first.size() * 8, 0, tag));
+    sends.push_back(b.isend(second.data(), second.size() * 8, 0, tag));
+    sends.push_back(b.isend(third.data(), third.size() * 8, 0, tag));
+    sends.push_back(b.isend(fourth.data(), fourth.size() * 8, 0, tag));
+    for (auto& s : sends) {
+      try {
+        s.wait(soon());
+      } catch (const mismatch_error&) {
+      }
+    }
+  } else if (b.rank() == 0) {
+    // The third receive expects fewer elements than were sent: it fails alone, its message is
+    // consumed, and the receives around it still get their own messages.
+    std::vector<std::int64_t> first(3), second(3000), third(10000), fourth(2);
+    auto r1 = b.irecv(first.data(), first.size() * 8, 1, tag);
+    auto r2 = b.irecv(second.data(), second.size() * 8, 1, tag);
+    auto r3 = b.irecv(third.data(), third.size() * 8, 1, tag);
+    auto r4 = b.irecv(fourth.data(), fourth.size() * 8, 1, tag);
+    r4.wait(soon());
+    CHECK_THROWS_AS(r3.wait(soon()), mismatch_error);
+    r2.wait(soon());
+    r1.wait(soon());
+    CHECK(first == std::vector<std::int64_t>(3, 1));
+    CHECK(second == std::vector<std::int64_t>(3000, 2));
+    CHECK(fourth == std::vector<std::int64_t>(2, 4));
+  }
+  world_barrier();
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);

@@ -1,10 +1,13 @@
 #include "distcomm/backends/mpi.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
@@ -120,6 +123,127 @@ void mpi_state::throw_aborted() {
                         ": communicator aborted: " + abort_reason);
 }
 
+namespace {
+
+// A receive not fully matched yet: its pieces from `next` on wait for their messages.
+struct pending_receive {
+  MPI_Comm comm;
+  int peer;
+  int tag;
+  mpi_piece* pieces;  // the request's; their address does not change while it is pending
+  std::size_t count;
+  std::size_t next;
+};
+
+// A message of the wrong size, received whole so that the next receive gets the next message.
+struct discarded {
+  MPI_Request req;
+  std::unique_ptr<unsigned char[]> buf;
+};
+
+// Process-wide, as MPI's own matching is: a rank waiting on one backend must still take what a
+// peer sends it through another (tests/backends' control communicator waits in barriers while the
+// backend under test has receives pending). Allocated once and never destroyed, so that requests
+// destroyed during static destruction still find them. Calls are serialized
+// (MPI_THREAD_SERIALIZED).
+struct receive_queue {
+  std::vector<pending_receive> pending;  // posting order
+  std::vector<discarded> discards;
+  std::vector<pending_receive> blocked;  // scratch of serve(): keys with nothing to match now
+};
+
+receive_queue& queue() {
+  static receive_queue* q = new receive_queue;
+  return *q;
+}
+
+bool same_key(const pending_receive& a, const pending_receive& b) {
+  return a.peer == b.peer && a.tag == b.tag && a.comm == b.comm;
+}
+
+// Matches e's next pieces with the messages that have arrived. True once nothing of it is left to
+// match: every piece matched, one had the wrong size, or MPI failed (recorded in the piece).
+bool match(pending_receive& e, std::vector<discarded>& discards) {
+  while (e.next < e.count) {
+    mpi_piece& p = e.pieces[e.next];
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    int rc = MPI_Improbe(e.peer, e.tag, e.comm, &flag, &msg, &st);
+    if (rc != MPI_SUCCESS) {
+      p.error = rc;
+      p.failed = "MPI_Improbe";
+      return true;
+    }
+    if (!flag) return false;
+    ++e.next;
+    int got = 0;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    p.got = got;
+    if (got == p.bytes) {
+      rc = MPI_Imrecv(p.data, got, MPI_BYTE, &msg, &p.req);
+      if (rc != MPI_SUCCESS) {
+        p.error = rc;
+        p.failed = "MPI_Imrecv";
+        return true;
+      }
+      continue;
+    }
+    // A size mismatch: the request reports it; its later pieces are not matched.
+    discarded d{MPI_REQUEST_NULL,
+                std::make_unique<unsigned char[]>(static_cast<std::size_t>(std::max(got, 1)))};
+    if (MPI_Imrecv(d.buf.get(), got, MPI_BYTE, &msg, &d.req) == MPI_SUCCESS) {
+      discards.push_back(std::move(d));
+    }
+    return true;
+  }
+  return true;
+}
+
+// Takes a not fully matched receive out of the queue (its pieces are about to go away).
+void retract(const mpi_piece* pieces) {
+  auto& pending = queue().pending;
+  for (auto it = pending.begin(); it != pending.end(); ++it) {
+    if (it->pieces == pieces) {
+      pending.erase(it);  // keeps the others in posting order
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void mpi_serve_receives() {
+  receive_queue& q = queue();
+  if (!q.discards.empty()) {
+    auto& d = q.discards;
+    d.erase(std::remove_if(d.begin(), d.end(),
+                           [](discarded& x) {
+                             int flag = 0;
+                             return MPI_Test(&x.req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+                                    flag != 0;
+                           }),
+            d.end());
+  }
+  if (q.pending.empty()) return;
+  // One pass in posting order: a key whose first receive found nothing is skipped for the rest of
+  // the pass, so receives of one peer and tag match in the order they were posted.
+  q.blocked.clear();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < q.pending.size(); ++i) {
+    pending_receive& e = q.pending[i];
+    bool done = false;
+    const bool blocked = std::any_of(q.blocked.begin(), q.blocked.end(),
+                                     [&](const pending_receive& b) { return same_key(b, e); });
+    if (!blocked) {
+      done = match(e, q.discards);
+      if (!done) q.blocked.push_back(e);
+    }
+    if (!done) q.pending[kept++] = e;
+  }
+  q.pending.resize(kept);
+}
+
 }  // namespace detail
 
 namespace {
@@ -127,9 +251,12 @@ namespace {
 // Largest piece of one message: messages above INT_MAX bytes are split (MPI counts are int).
 constexpr std::size_t max_piece = std::size_t{1} << 30;
 
-// How long destroying a pending send waits for a healthy peer to take it. A peer inside a
-// collective takes a message within milliseconds; seconds mean it is stuck, stopped or dead.
+// How long destroying a pending send waits for a healthy peer to take it, or a matched receive for
+// its data. A peer inside a collective takes a message within milliseconds; seconds mean it is
+// stuck, stopped or dead.
 constexpr auto send_drain_limit = std::chrono::seconds(3);
+// After a failure: a matched receive whose sender is healthy still ends within milliseconds.
+constexpr auto failed_drain_limit = std::chrono::milliseconds(100);
 
 void check_peer(int peer, int size, const char* what) {
   if (peer < 0 || peer >= size) {
@@ -184,24 +311,20 @@ void check_launcher_world(int mpi_size) {
 
 mpi_request::mpi_request(mpi_request&& other) noexcept
     : state_(std::move(other.state_)),
-      reqs_(std::move(other.reqs_)),
-      piece_bytes_(std::move(other.piece_bytes_)),
+      pieces_(std::move(other.pieces_)),
       is_send_(other.is_send_),
       peer_(other.peer_),
       tag_(other.tag_),
       bytes_(other.bytes_) {
-  other.reqs_.clear();
-  other.piece_bytes_.clear();
+  other.pieces_.clear();
 }
 
 mpi_request& mpi_request::operator=(mpi_request&& other) noexcept {
   if (this != &other) {
     cancel();
     state_ = std::move(other.state_);
-    reqs_ = std::move(other.reqs_);
-    piece_bytes_ = std::move(other.piece_bytes_);
-    other.reqs_.clear();
-    other.piece_bytes_.clear();
+    pieces_ = std::move(other.pieces_);  // the buffer moves: queued pieces keep their address
+    other.pieces_.clear();
     is_send_ = other.is_send_;
     peer_ = other.peer_;
     tag_ = other.tag_;
@@ -218,47 +341,48 @@ std::string mpi_request::describe() const {
          std::to_string(tag_) + ")";
 }
 
+void mpi_request::throw_mismatch(const detail::mpi_piece& p) const {
+  // The pieces before p matched exactly. A sender splits only above INT_MAX, into 1 GiB pieces,
+  // so a full-size piece may have more behind it.
+  const std::size_t before = static_cast<std::size_t>(p.data - pieces_.front().data);
+  const std::size_t sent = before + static_cast<std::size_t>(p.got);
+  const bool more = static_cast<std::size_t>(p.got) == max_piece;
+  const std::string me = std::to_string(state_->rank);
+  throw mismatch_error("mpi: rank " + me + ": " + describe() + ": rank " + std::to_string(peer_) +
+                       " sent " + (more ? "at least " : "") + std::to_string(sent) +
+                       " bytes, rank " + me + " expected " + std::to_string(bytes_) +
+                       "; both ranks must use the same count and dtype");
+}
+
 bool mpi_request::test() {
   if (!state_) return true;
   state_->check_aborted();
+  detail::mpi_serve_receives();  // sends too: a peer's send may wait on a receive of ours
   bool all_done = true;
-  for (std::size_t i = 0; i < reqs_.size(); ++i) {
-    if (reqs_[i] == MPI_REQUEST_NULL) continue;
+  for (detail::mpi_piece& p : pieces_) {
+    if (p.error != MPI_SUCCESS) {
+      state_->failed.store(true, std::memory_order_release);
+      detail::mpi_check(p.error, p.failed);
+    }
+    if (p.got < 0) {  // not matched yet (pieces match in order: neither are the later ones)
+      all_done = false;
+      break;
+    }
+    if (p.got != p.bytes) throw_mismatch(p);
+    if (p.req == MPI_REQUEST_NULL) continue;
     int flag = 0;
-    MPI_Status st;
-    const int rc = MPI_Test(&reqs_[i], &flag, &st);
+    const int rc = MPI_Test(&p.req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
-      int cls = rc;
-      MPI_Error_class(rc, &cls);
-      reqs_[i] = MPI_REQUEST_NULL;  // an erroneous request is complete
-      if (cls == MPI_ERR_TRUNCATE) {
-        throw mismatch_error("mpi: rank " + std::to_string(state_->rank) + ": " + describe() +
-                             ": rank " + std::to_string(peer_) + " sent more bytes than posted (" +
-                             std::to_string(bytes_) +
-                             "); both ranks must use the same count and dtype");
-      }
+      p.req = MPI_REQUEST_NULL;  // an erroneous request is complete
+      p.error = rc;
+      p.failed = "MPI_Test";
       state_->failed.store(true, std::memory_order_release);  // a lost peer or a broken transport
       detail::mpi_check(rc, "MPI_Test");
     }
-    if (!flag) {
-      all_done = false;
-      continue;
-    }
-    if (!is_send_) {
-      int got = 0;
-      detail::mpi_check(MPI_Get_count(&st, MPI_BYTE, &got), "MPI_Get_count");
-      if (got != piece_bytes_[i]) {
-        const std::size_t sent = bytes_ - static_cast<std::size_t>(piece_bytes_[i] - got);
-        throw mismatch_error("mpi: rank " + std::to_string(state_->rank) + ": " + describe() +
-                             ": rank " + std::to_string(peer_) + " sent " + std::to_string(sent) +
-                             " bytes, rank " + std::to_string(state_->rank) + " expected " +
-                             std::to_string(bytes_) +
-                             "; both ranks must use the same count and dtype");
-      }
-    }
+    if (!flag) all_done = false;
   }
   if (all_done) {
-    reqs_.clear();
+    pieces_.clear();
     state_.reset();
   }
   return all_done;
@@ -284,36 +408,34 @@ void mpi_request::cancel() noexcept {
   if (!state_) return;
   int finalized = 0;
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
-    if (is_send_) {
-      // MPI_Cancel of a send is deprecated and not implemented by Open MPI's ob1. A healthy peer
-      // takes the message soon, so wait for it a bounded time; after a failure it will not, so let
-      // go at once. Either way a send still pending is freed (MPI may still deliver it and read
-      // its buffer later), and the state is marked failed: the budget is spent once per backend,
-      // not once per send of a strategy that unwinds.
-      const deadline until = clock::now() + send_drain_limit;
-      for (MPI_Request& r : reqs_) {
-        if (r == MPI_REQUEST_NULL) continue;
-        if (!state_->has_failed()) {
-          int flag = 0;
-          detail::mpi_poll(
-              [&] { return MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0; },
-              until);
-        }
-        if (r != MPI_REQUEST_NULL) {
-          state_->failed.store(true, std::memory_order_release);
-          MPI_Request_free(&r);
-        }
-      }
-    } else {
-      for (MPI_Request& r : reqs_) {
-        if (r == MPI_REQUEST_NULL) continue;
-        MPI_Cancel(&r);
-        MPI_Wait(&r, MPI_STATUS_IGNORE);  // a cancelled receive completes locally
+    if (!is_send_) detail::retract(pieces_.data());  // pieces not matched yet simply go
+    // What MPI already holds cannot be called back: MPI_Cancel of a send is deprecated and not
+    // implemented by Open MPI's ob1, and a matched receive cannot be cancelled. A healthy peer
+    // completes either soon (it is sending, or will take the message), so wait a bounded time; a
+    // send after a failure will not be taken, so let go at once, and give a matched receive only
+    // a moment. Either way a request still pending is freed (MPI may still use its buffer later),
+    // and the state is marked failed: the budget is spent once per backend, not once per request
+    // of a strategy that unwinds.
+    const bool failed = state_->has_failed();
+    const deadline until = clock::now() + (!failed    ? send_drain_limit
+                                           : is_send_ ? clock::duration::zero()
+                                                      : failed_drain_limit);
+    for (detail::mpi_piece& p : pieces_) {
+      if (p.req == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      detail::mpi_poll(
+          [&] {
+            detail::mpi_serve_receives();
+            return MPI_Test(&p.req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0;
+          },
+          until);
+      if (p.req != MPI_REQUEST_NULL) {
+        state_->failed.store(true, std::memory_order_release);
+        MPI_Request_free(&p.req);
       }
     }
   }
-  reqs_.clear();
-  piece_bytes_.clear();
+  pieces_.clear();
   state_.reset();
 }
 
@@ -352,13 +474,17 @@ mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, ta
   check_peer(peer, state_->size, "isend");
   state_->check_aborted();
   mpi_request r(state_, true, peer, tag, bytes);
+  auto* base = static_cast<unsigned char*>(const_cast<void*>(data));  // only read
+  r.pieces_.reserve(bytes <= static_cast<std::size_t>(INT_MAX) ? 1 : bytes / max_piece + 1);
   for_each_piece(bytes, [&](std::size_t off, int n) {
-    MPI_Request q = MPI_REQUEST_NULL;
-    detail::mpi_check(MPI_Isend(static_cast<const unsigned char*>(data) + off, n, MPI_BYTE, peer,
-                                static_cast<int>(tag), state_->comm, &q),
-                      "MPI_Isend");
-    r.reqs_.push_back(q);
-    r.piece_bytes_.push_back(n);
+    detail::mpi_piece p;
+    p.data = base + off;
+    p.bytes = n;
+    p.got = n;
+    detail::mpi_check(
+        MPI_Isend(p.data, n, MPI_BYTE, peer, static_cast<int>(tag), state_->comm, &p.req),
+        "MPI_Isend");
+    r.pieces_.push_back(p);
   });
   return r;
 }
@@ -367,14 +493,18 @@ mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
   check_peer(peer, state_->size, "irecv");
   state_->check_aborted();
   mpi_request r(state_, false, peer, tag, bytes);
+  auto* base = static_cast<unsigned char*>(data);
+  r.pieces_.reserve(bytes <= static_cast<std::size_t>(INT_MAX) ? 1 : bytes / max_piece + 1);
   for_each_piece(bytes, [&](std::size_t off, int n) {
-    MPI_Request q = MPI_REQUEST_NULL;
-    detail::mpi_check(MPI_Irecv(static_cast<unsigned char*>(data) + off, n, MPI_BYTE, peer,
-                                static_cast<int>(tag), state_->comm, &q),
-                      "MPI_Irecv");
-    r.reqs_.push_back(q);
-    r.piece_bytes_.push_back(n);
+    detail::mpi_piece p;
+    p.data = base + off;
+    p.bytes = n;
+    r.pieces_.push_back(p);
   });
+  // Matched by the waits (detail::mpi_serve_receives), never posted to MPI before its size is
+  // known. From here the pieces keep their address: r.pieces_ is not resized again.
+  detail::queue().pending.push_back(
+      {state_->comm, peer, static_cast<int>(tag), r.pieces_.data(), r.pieces_.size(), 0});
   return r;
 }
 

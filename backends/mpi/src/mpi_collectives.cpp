@@ -88,6 +88,7 @@ void finish(detail::mpi_state& s, MPI_Request& req, const char* what, std::size_
   int rc = MPI_SUCCESS;
   const bool done = detail::mpi_poll(
       [&] {
+        detail::mpi_serve_receives();  // a peer's send may wait on a receive of this rank
         int flag = 0;
         rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
         return rc != MPI_SUCCESS || flag != 0;

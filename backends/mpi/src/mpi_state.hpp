@@ -54,6 +54,13 @@ struct mpi_state {
   }
 };
 
+// Matches the receives posted so far (in every backend of the process) with the messages that
+// have arrived, in posting order per communicator, peer and tag: MPI_Improbe, then MPI_Imrecv into
+// the receive's buffer when the sizes agree, or into a buffer of its own (dropped once complete)
+// when they do not. Every wait calls it, so a peer's send completes while this rank waits on
+// anything else, as it would with receives posted to MPI.
+void mpi_serve_receives();
+
 // Polls `done()` (which drives MPI progress through MPI_Test) with a short backoff: spin first
 // (latency of small messages), then yield, then, unless `may_sleep` is false, sleep a few
 // microseconds so a long wait does not burn a core. Returns false if `until` passed first.

@@ -23,14 +23,33 @@ namespace distcomm {
 
 namespace detail {
 struct mpi_state;
+
+// One MPI message of a request: messages above INT_MAX bytes travel as several <= 1 GiB pieces.
+struct mpi_piece {
+  unsigned char* data = nullptr;
+  int bytes = 0;
+  // Receives: the size of the message matched to this piece (MPI_Improbe), -1 until then; the
+  // receive into `data` is posted only when it equals `bytes`. Sends: `bytes`.
+  int got = -1;
+  int error = 0;                 // MPI_SUCCESS, or the code of a failed MPI_Improbe/MPI_Imrecv
+  const char* failed = nullptr;  // the routine that returned `error`
+  MPI_Request req = MPI_REQUEST_NULL;  // MPI_REQUEST_NULL once finished (or before the match)
+};
 }  // namespace detail
 
-// A pending send or receive; messages above INT_MAX bytes travel as several <= 1 GiB pieces, so a
-// request may hold several MPI requests. Move-only. Destroying a pending receive cancels it.
+// A pending send or receive, move-only. A receive is matched with MPI_Improbe and received with
+// MPI_Imrecv only when the message has the posted size, so MPI never writes a byte it was not
+// asked for (Open MPI 4.1 writes a too-large message past the posted buffer before it reports
+// MPI_ERR_TRUNCATE); receives posted for one peer and tag match in posting order, whatever order
+// they are tested in. Destroying a receive not matched yet retracts it (the next message goes to
+// the next receive); one already matched is waited for at most 3 s (0.1 s once a peer failed this
+// process), then freed: MPI may then still write its buffer if the sender resumes.
 // Destroying a pending send (MPI cannot reliably cancel sends) waits at most 3 s for the peer to
 // take it, or not at all once a peer failed this process (a wait timed out, MPI reported an error,
 // abort(), or an earlier send was given up this way), then frees it: MPI may still deliver it and
 // read its buffer, so after that the communicator must be treated as broken.
+// Calls on requests and backends must be serialized across the whole process (the backend asks
+// MPI for MPI_THREAD_SERIALIZED): testing any request matches the receives of every backend.
 class [[nodiscard]] mpi_request {
  public:
   mpi_request() = default;  // an empty request is complete
@@ -40,8 +59,8 @@ class [[nodiscard]] mpi_request {
   mpi_request& operator=(const mpi_request&) = delete;
   ~mpi_request();
 
-  // True once every piece finished; throws mismatch_error on a size mismatch, peer_lost_error
-  // after abort(), backend_error on an MPI error.
+  // True once every piece finished; throws mismatch_error on a size mismatch (every time it is
+  // called), peer_lost_error after abort(), backend_error on an MPI error.
   bool test();
   // Polls until done or `until` passed. On timeout a receive is cancelled; a send is left to the
   // destructor, which (like those of every other pending send) then frees it at once. Throws
@@ -54,11 +73,12 @@ class [[nodiscard]] mpi_request {
               std::size_t bytes)
       : state_(std::move(state)), is_send_(is_send), peer_(peer), tag_(tag), bytes_(bytes) {}
   std::string describe() const;
+  [[noreturn]] void throw_mismatch(const detail::mpi_piece& p) const;
   void cancel() noexcept;
 
   std::shared_ptr<detail::mpi_state> state_;  // keeps the communicator alive
-  std::vector<MPI_Request> reqs_;             // MPI_REQUEST_NULL once a piece finished
-  std::vector<int> piece_bytes_;
+  // Never resized once posted: a receive's pieces are known by address until they are matched.
+  std::vector<detail::mpi_piece> pieces_;
   bool is_send_ = false;
   int peer_ = 0;
   tag_t tag_ = 0;
