@@ -143,12 +143,7 @@ int with_strategy(Backend backend, const dc::config& cfg, const options& o) {
 int run(const options& o) {
   const dc::config cfg = dc::config::from_env();
 #ifdef DISTCOMM_FAULT_MPI
-  if (o.backend == "mpi") {
-    const int rc = with_strategy(dc::mpi_backend(), cfg, o);
-    // MPI_Finalize (at exit) would wait for the lost rank.
-    if (rc != 0) std::_Exit(rc);
-    return rc;
-  }
+  if (o.backend == "mpi") return with_strategy(dc::mpi_backend(), cfg, o);
 #endif
 #ifdef DISTCOMM_FAULT_GLOO
   if (o.backend == "gloo") {

@@ -11,11 +11,14 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/log.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "mpi_state.hpp"
 
 namespace distcomm {
 namespace detail {
+
+std::atomic<bool> mpi_process_failed{false};
 
 void mpi_check(int rc, const char* routine) {
   if (rc == MPI_SUCCESS) return;
@@ -57,9 +60,20 @@ struct init_guard {
                           "the MPI library does not provide MPI_THREAD_SERIALIZED");
     }
   }
+  // MPI_Finalize waits for every other process (Open MPI 4.1 ends it with a fence of the whole
+  // job), so after a failure it would wait forever for a rank that is stopped or stuck: measured,
+  // survivors that had reported their timeout_error never exited. Then MPI is left unfinalized, and
+  // the launcher ends the job as it does for any process that exits without finalizing.
   ~init_guard() {
     int finalized = 0;
-    if (we_initialized && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+    if (!we_initialized || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+    if (mpi_process_failed.load(std::memory_order_acquire)) {
+      log(log_level::warn,
+          "mpi: MPI_Finalize skipped at exit: a peer failed this process earlier, and finalizing "
+          "would wait for it; the MPI launcher ends the job");
+      return;
+    }
+    MPI_Finalize();
   }
 };
 
@@ -115,6 +129,7 @@ void mpi_state::abort(const std::string& reason) noexcept {
   } catch (...) {
   }
   aborted.store(true, std::memory_order_release);
+  mpi_process_failed.store(true, std::memory_order_release);
 }
 
 void mpi_state::throw_aborted() {
@@ -361,7 +376,7 @@ bool mpi_request::test() {
   bool all_done = true;
   for (detail::mpi_piece& p : pieces_) {
     if (p.error != MPI_SUCCESS) {
-      state_->failed.store(true, std::memory_order_release);
+      state_->mark_failed();
       detail::mpi_check(p.error, p.failed);
     }
     if (p.got < 0) {  // not matched yet (pieces match in order: neither are the later ones)
@@ -376,7 +391,7 @@ bool mpi_request::test() {
       p.req = MPI_REQUEST_NULL;  // an erroneous request is complete
       p.error = rc;
       p.failed = "MPI_Test";
-      state_->failed.store(true, std::memory_order_release);  // a lost peer or a broken transport
+      state_->mark_failed();  // a lost peer or a broken transport
       detail::mpi_check(rc, "MPI_Test");
     }
     if (!flag) all_done = false;
@@ -395,7 +410,7 @@ void mpi_request::wait(deadline until) {
   const int me = state_->rank;
   // The peer is not answering: the sends still pending to it, here and in the other requests the
   // caller destroys while this exception unwinds, are freed at once instead of waited for.
-  state_->failed.store(true, std::memory_order_release);
+  state_->mark_failed();
   if (!is_send_) cancel();  // a receive can be cancelled; a send is left to the destructor
   throw timeout_error("mpi: rank " + std::to_string(me) + ": " + what +
                       " did not complete before the deadline (DISTCOMM_TIMEOUT); rank " +
@@ -430,7 +445,7 @@ void mpi_request::cancel() noexcept {
           },
           until);
       if (p.req != MPI_REQUEST_NULL) {
-        state_->failed.store(true, std::memory_order_release);
+        state_->mark_failed();
         MPI_Request_free(&p.req);
       }
     }

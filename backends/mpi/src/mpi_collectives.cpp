@@ -94,6 +94,7 @@ void finish(detail::mpi_state& s, MPI_Request& req, const char* what, std::size_
         return rc != MPI_SUCCESS || flag != 0;
       },
       until, /*may_sleep=*/false);
+  if (rc != MPI_SUCCESS) s.mark_failed();
   detail::mpi_check(rc, "MPI_Test");
   if (done) return;
   const std::string msg = "mpi: rank " + std::to_string(s.rank) + ": native " + what + " of " +

@@ -20,6 +20,10 @@ namespace distcomm::detail {
 void mpi_check(int rc, const char* routine);
 #define DISTCOMM_MPI_CHECK(call, routine) ::distcomm::detail::mpi_check((call), routine)
 
+// Set once any mpi_state of this process failed or was aborted; MPI is then not finalized at exit
+// (init_guard in mpi.cpp).
+extern std::atomic<bool> mpi_process_failed;
+
 struct mpi_state {
   MPI_Comm comm = MPI_COMM_NULL;
   bool owned = false;  // freed by us
@@ -48,6 +52,10 @@ struct mpi_state {
   [[noreturn]] void throw_aborted();
   void check_aborted() {
     if (aborted.load(std::memory_order_acquire)) throw_aborted();
+  }
+  void mark_failed() noexcept {
+    failed.store(true, std::memory_order_release);
+    mpi_process_failed.store(true, std::memory_order_release);
   }
   bool has_failed() const {
     return failed.load(std::memory_order_acquire) || aborted.load(std::memory_order_acquire);

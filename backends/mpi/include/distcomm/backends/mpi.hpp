@@ -107,7 +107,8 @@ class mpi_backend {
 
   // Initializes MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless already initialized, and
   // works on a duplicate of MPI_COMM_WORLD. MPI is finalized at exit only if it was us who
-  // initialized it. Throws rendezvous_error when a non-MPI launcher's variables (distcomm-run,
+  // initialized it, and only if nothing failed in this process (a timeout, an MPI error, abort()):
+  // MPI_Finalize would wait for the failed peer forever, so the launcher ends the job instead. Throws rendezvous_error when a non-MPI launcher's variables (distcomm-run,
   // torchrun-style, TF_CONFIG, Slurm) describe a world of another size than MPI_COMM_WORLD: the
   // process was not started by mpirun and would otherwise run alone as a one-process MPI job.
   mpi_backend();
