@@ -292,11 +292,35 @@ void for_each_piece(std::size_t bytes, Post&& post) {
   }
 }
 
-// A process that no MPI launcher started (distcomm-run without --backend mpi, a torchrun-style or
-// TF_CONFIG environment, srun without an MPI plugin) initializes MPI as a singleton: each such
-// process would silently run its own one-rank job. The launcher's variables say how many ranks
-// were meant, so refuse a world that disagrees with them. MPI launchers are not compared: their
-// variables describe MPI_COMM_WORLD itself.
+// The launcher whose variables describe this MPI library's MPI_COMM_WORLD (OPEN_MPI and
+// MPICH_VERSION come from mpi.h; Intel MPI and MVAPICH define MPICH_VERSION too). With another
+// MPI both are trusted.
+bool own_launcher(launcher_kind k) {
+#if defined(OPEN_MPI)
+  return k == launcher_kind::open_mpi;
+#elif defined(MPICH_VERSION)
+  return k == launcher_kind::mpich;
+#else
+  return k == launcher_kind::open_mpi || k == launcher_kind::mpich;
+#endif
+}
+
+constexpr const char* mpi_library =
+#if defined(OPEN_MPI)
+    "Open MPI";
+#elif defined(MPICH_VERSION)
+    "MPICH";
+#else
+    "this MPI";
+#endif
+
+// A process that no launcher of this MPI started initializes MPI as a singleton: each such process
+// would silently run its own one-rank job. That happens under a non-MPI launcher (distcomm-run
+// without --backend mpi, a torchrun-style or TF_CONFIG environment, srun without an MPI plugin),
+// and under the other MPI's launcher (measured: a program built with Open MPI 4.1 and started by
+// MPICH's mpiexec.hydra -n 2 ran as two one-rank jobs, printed its results twice and exited 0).
+// The launcher's variables say how many ranks were meant, so refuse a world that disagrees with
+// them. This MPI's own launcher is not compared: its variables describe MPI_COMM_WORLD itself.
 void check_launcher_world(int mpi_size) {
   world_info w;
   try {
@@ -304,16 +328,24 @@ void check_launcher_world(int mpi_size) {
   } catch (const rendezvous_error&) {
     return;  // the variables describe no world; MPI's own is the only one to go by
   }
-  if (w.launcher == launcher_kind::none || w.launcher == launcher_kind::open_mpi ||
-      w.launcher == launcher_kind::mpich || w.size == mpi_size) {
-    return;
-  }
+  if (w.launcher == launcher_kind::none || own_launcher(w.launcher) || w.size == mpi_size) return;
   const std::string n = std::to_string(w.size);
+  const std::string head = "mpi: MPI_COMM_WORLD has " + std::to_string(mpi_size) + " process" +
+                           (mpi_size == 1 ? "" : "es") + " but the launcher's variables (" +
+                           to_string(w.launcher) + ") describe " + n + " ranks: ";
+  if (w.launcher == launcher_kind::open_mpi || w.launcher == launcher_kind::mpich) {
+    const bool by_hydra = w.launcher == launcher_kind::mpich;
+    throw rendezvous_error(
+        head + "this program is built with " + mpi_library + ", and processes started by " +
+        (by_hydra ? "MPICH's launcher (mpiexec.hydra, mpirun.mpich)" : "Open MPI's mpirun") +
+        " do not join one MPI job, so each would run alone. Start it with " +
+        (by_hydra ? "Open MPI's mpirun (mpirun.openmpi -np "
+                  : "MPICH's mpiexec (mpiexec.hydra -n ") +
+        n + "), or build it against the MPI whose launcher you use");
+  }
   throw rendezvous_error(
-      "mpi: MPI_COMM_WORLD has " + std::to_string(mpi_size) + " process" +
-      (mpi_size == 1 ? "" : "es") + " but the launcher's variables (" + to_string(w.launcher) +
-      ") describe " + n +
-      " ranks: this process was not started by an MPI launcher for this job, "
+      head +
+      "this process was not started by an MPI launcher for this job, "
       "so MPI would run it in a separate world. Start MPI jobs with mpirun -np " +
       n + " or distcomm-run --backend mpi -np " + n +
       " (which runs mpirun), or srun --mpi=pmix under Slurm; or choose "

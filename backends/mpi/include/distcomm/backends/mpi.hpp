@@ -5,7 +5,7 @@
 // ranks that could still report the failure). Other ranks blocked on this one fail with
 // timeout_error at their own deadline. Call MPI_Abort yourself if you prefer to end the job.
 // A rank killed outright (SIGKILL) is seen by mpirun, which aborts the whole job with a message
-// naming the dead rank (Open MPI's default policy; tests/mpi/sigkill.sh checks the job ends).
+// naming the dead rank (Open MPI's default policy; tests/faults checks the job ends).
 #pragma once
 
 #include <mpi.h>
@@ -108,9 +108,11 @@ class mpi_backend {
   // Initializes MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless already initialized, and
   // works on a duplicate of MPI_COMM_WORLD. MPI is finalized at exit only if it was us who
   // initialized it, and only if nothing failed in this process (a timeout, an MPI error, abort()):
-  // MPI_Finalize would wait for the failed peer forever, so the launcher ends the job instead. Throws rendezvous_error when a non-MPI launcher's variables (distcomm-run,
-  // torchrun-style, TF_CONFIG, Slurm) describe a world of another size than MPI_COMM_WORLD: the
-  // process was not started by mpirun and would otherwise run alone as a one-process MPI job.
+  // MPI_Finalize would wait for the failed peer forever, so the launcher ends the job instead.
+  // Throws rendezvous_error when a launcher's variables describe a world of another size than
+  // MPI_COMM_WORLD: a non-MPI launcher's (distcomm-run, torchrun-style, TF_CONFIG, Slurm), or the
+  // other MPI's (MPICH's mpiexec.hydra for a program built with Open MPI, Open MPI's mpirun for one
+  // built with MPICH). The process would otherwise run alone as a one-process MPI job.
   mpi_backend();
   // Adopts an existing communicator (MPI must be initialized).
   mpi_backend(MPI_Comm comm, ownership kind);
