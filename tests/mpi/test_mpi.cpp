@@ -219,6 +219,37 @@ TEST_CASE("receives of one peer and tag match in posting order whatever order th
   world_barrier();
 }
 
+TEST_CASE("messages that arrive before their receive is posted keep their order per tag") {
+  mpi_backend b;
+  constexpr tag_t x = 221, y = 222;
+  if (b.rank() == 1) {
+    const std::int64_t first = 1, third = 3;
+    const std::vector<std::int64_t> second(20000, 2);  // above the eager limits: rendezvous
+    std::vector<mpi_request> sends;
+    sends.push_back(b.isend(&first, 8, 0, x));
+    sends.push_back(b.isend(second.data(), second.size() * 8, 0, y));
+    sends.push_back(b.isend(&third, 8, 0, x));
+    world_barrier();  // the messages are on their way before rank 0 posts anything
+    for (auto& s : sends) s.wait(soon());
+  } else if (b.rank() == 0) {
+    world_barrier();
+    // The receive on y takes its message past the first one on x, which waits for its own.
+    std::vector<std::int64_t> second(20000);
+    b.irecv(second.data(), second.size() * 8, 1, y).wait(soon());
+    CHECK(second == std::vector<std::int64_t>(20000, 2));
+    std::int64_t a = 0, c = 0;
+    auto ra = b.irecv(&a, 8, 1, x);
+    auto rc = b.irecv(&c, 8, 1, x);
+    rc.wait(soon());
+    ra.wait(soon());
+    CHECK(a == 1);
+    CHECK(c == 3);
+  } else {
+    world_barrier();
+  }
+  world_barrier();
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
