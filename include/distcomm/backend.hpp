@@ -14,7 +14,15 @@
 //  * wait() past its deadline throws timeout_error naming the peer, the tag and the bytes;
 //  * destroying an incomplete request cancels it: once the destructor returns, the transport no
 //    longer touches the buffer.
-// A backend may also offer native collectives, detected at compile time (has_native_* below).
+// A backend may also offer native collectives, detected at compile time (has_native_* below), and
+//   void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);
+// a small send nobody waits for: the bytes are copied at once and delivered in order with the
+// sender's other messages on that tag, even after the backend object is gone (the local
+// backend's ranks share a world that outlives it). Without it, such a send is an isend waited for
+// a moment: on a network transport small messages leave at once. A backend on which a message
+// nobody receives is an error declares `static constexpr bool unreceived_messages_ok = false`
+// (MPI: Open MPI reuses a freed communicator's context id and delivers the message into the next
+// communicator); then such messages (the mismatch check's departure notices) are not sent.
 //
 // Memory. A backend moves host memory, or declares `static constexpr bool moves_device_memory =
 // true` (NCCL: CUDA memory; tensors must then be memory_kind::cuda). The point-to-point strategies
@@ -98,6 +106,19 @@ struct has_native_barrier : std::false_type {};
 template <class B>
 struct has_native_barrier<B, std::void_t<decltype(std::declval<B&>().native_barrier(deadline{}))>>
     : std::true_type {};
+
+template <class, class = void>
+struct has_send_detached : std::false_type {};
+template <class B>
+struct has_send_detached<B, std::void_t<decltype(std::declval<B&>().send_detached(
+                                std::declval<const void*>(), std::size_t{}, int{}, tag_t{}))>>
+    : std::true_type {};
+
+template <class, class = void>
+struct unreceived_messages_ok : std::true_type {};
+template <class B>
+struct unreceived_messages_ok<B, std::void_t<decltype(B::unreceived_messages_ok)>>
+    : std::bool_constant<B::unreceived_messages_ok> {};
 
 template <class, class = void>
 struct native_is_deterministic : std::false_type {};

@@ -1,17 +1,23 @@
 // communicator<Backend, Strategy, Fusion>: the one entry point an application uses. It validates
 // every call, gives it a deadline (DISTCOMM_TIMEOUT), and runs it through the strategy (which
 // algorithm) over the backend (which transport); grouped allreduces go through the fusion policy.
-// After a collective fails on a transport, the communicator aborts the backend (so the other
-// ranks fail fast too) and refuses further calls with an error of the first failure's kind.
+// Before a collective moves data, the ranks agree on a fingerprint of the call (check/agree.hpp):
+// ranks that disagree (another collective, dtype, count, op, root or order) all get a
+// mismatch_error instead of wrong data or a hang. After a collective fails, the communicator
+// aborts the backend (so the other ranks fail fast too) and refuses further calls with an error
+// of the first failure's kind.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/check/agree.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/span.hpp"
@@ -30,6 +36,32 @@ template <class F, class = void>
 struct fusion_takes_backend : std::false_type {};
 template <class F>
 struct fusion_takes_backend<F, std::enable_if_t<F::takes_backend>> : std::true_type {};
+
+// The strategy's `name`, part of the settings every rank must share.
+template <class S, class = void>
+struct strategy_name {
+  static constexpr const char* value = "(unnamed strategy)";
+};
+template <class S>
+struct strategy_name<S, std::void_t<decltype(S::name)>> {
+  static constexpr const char* value = S::name;
+};
+
+// True until moved from: a moved-from communicator has no backend to say goodbye on.
+class live_flag {
+ public:
+  live_flag() = default;
+  live_flag(live_flag&& o) noexcept : live_(o.live_) { o.live_ = false; }
+  live_flag& operator=(live_flag&& o) noexcept {
+    live_ = o.live_;
+    o.live_ = false;
+    return *this;
+  }
+  explicit operator bool() const noexcept { return live_; }
+
+ private:
+  bool live_ = true;
+};
 }  // namespace detail
 
 template <class Backend, class Strategy = strategy::automatic, class Fusion = fusion::buffer>
@@ -43,8 +75,21 @@ class communicator {
       : backend_(std::move(backend)),
         config_(with_backend_defaults(std::move(cfg))),
         strategy_(config_),
-        fusion_(config_) {
+        fusion_(config_),
+        check_(config_.mismatch_check && !moves_device,
+               check::settings_of(config_, detail::strategy_name<Strategy>::value)) {
     set_log_level(config_.log);  // DISTCOMM_LOG is read with the rest of the configuration
+  }
+
+  communicator(communicator&&) noexcept = default;
+  communicator& operator=(communicator&&) noexcept = default;
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+
+  // Ranks that still call collectives on this communicator learn that this one left (a
+  // mismatch_error naming it and how many collectives it made) instead of waiting for it.
+  ~communicator() {
+    if (live_ && !first_failure_) check_.leave(backend_);
   }
 
   // The settings in use: the configuration given, with what it left to the backend filled in.
@@ -70,7 +115,8 @@ class communicator {
     check_tensor("allreduce output", out);
     check_op(op);
     check_pair("allreduce", in, out, in.count, in.count);
-    guarded("allreduce", [&](deadline until) {
+    const auto fp = fingerprint(check::call_kind::allreduce, in.count, in.type, op);
+    guarded("allreduce", fp, [&](deadline until) {
       if (in.count == 0) return;
       strategy_.allreduce(backend_, in.data, out.data, in.count, in.type, op, until);
     });
@@ -87,7 +133,8 @@ class communicator {
                                    "use communicator<..., cuda::fusion> (from "
                                    "<distcomm/backends/cuda_fusion.hpp>) or fusion::none");
     }
-    guarded("grouped allreduce", [&](deadline until) {
+    const auto fp = check::grouped_fingerprint(tensors, static_cast<int>(op), check_.settings());
+    guarded("grouped allreduce", fp, [&](deadline until) {
       const auto run = [&](const void* in, void* out, std::size_t count, dtype t, reduce_op o) {
         strategy_.allreduce(backend_, in, out, count, t, o, until);
       };
@@ -105,7 +152,8 @@ class communicator {
     check_tensor("reduce_scatter output", out);
     check_op(op);
     check_pair("reduce_scatter", in, out, checked_mul(out.count, "reduce_scatter"), out.count);
-    guarded("reduce_scatter", [&](deadline until) {
+    const auto fp = fingerprint(check::call_kind::reduce_scatter, out.count, in.type, op);
+    guarded("reduce_scatter", fp, [&](deadline until) {
       if (out.count == 0) return;
       strategy_.reduce_scatter(backend_, in.data, out.data, out.count, in.type, op, until);
     });
@@ -116,7 +164,8 @@ class communicator {
     check_tensor("allgather input", in);
     check_tensor("allgather output", out);
     check_pair("allgather", in, out, in.count, checked_mul(in.count, "allgather"));
-    guarded("allgather", [&](deadline until) {
+    const auto fp = fingerprint(check::call_kind::allgather, in.count, in.type);
+    guarded("allgather", fp, [&](deadline until) {
       if (in.count == 0) return;
       strategy_.allgather(backend_, in.data, out.data, in.count, in.type, until);
     });
@@ -129,35 +178,72 @@ class communicator {
       throw invalid_argument_error("broadcast: root " + std::to_string(root) +
                                    " is not a rank (world size " + std::to_string(size()) + ")");
     }
-    guarded("broadcast", [&](deadline until) {
+    const auto fp = fingerprint(check::call_kind::broadcast, data.count, data.type, {}, root);
+    guarded("broadcast", fp, [&](deadline until) {
       if (data.count == 0) return;
       strategy_.broadcast(backend_, data.data, data.count, data.type, root, until);
     });
   }
 
+  // With the mismatch check on, the agreement that precedes every collective is a barrier by
+  // itself (no rank leaves it before every rank entered it): nothing more is sent.
   void barrier() {
-    guarded("barrier", [&](deadline until) { strategy_.barrier(backend_, until); });
+    guarded("barrier", fingerprint(check::call_kind::barrier), [&](deadline until) {
+      if (!exchanges()) strategy_.barrier(backend_, until);
+    });
   }
 
+  // Collectives started on this communicator so far (the sequence number of the next one).
+  std::uint64_t calls() const noexcept { return check_.calls(); }
+
  private:
+  bool exchanges() const noexcept { return check_.enabled() && size() > 1; }
+
+  check::call_fingerprint fingerprint(check::call_kind kind, std::size_t count = 0,
+                                      std::optional<dtype> t = {}, std::optional<reduce_op> op = {},
+                                      int root = -1) const {
+    return check::make_fingerprint(kind, check_.settings(), count, t ? static_cast<int>(*t) : -1,
+                                   op ? static_cast<int>(*op) : -1, root);
+  }
+
+  // Runs one collective: agreement on `fp` first, then `body`, under one deadline. A mismatch the
+  // agreement finds leaves the communicator usable: no data moved, and every rank raised the same
+  // error after the same exchange, so the next call pairs up as usual. Any other failure (and a
+  // peer that left) makes it unusable.
   template <class F>
-  void guarded(const char* what, F&& body) {
+  void guarded(const char* what, const check::call_fingerprint& fp, F&& body) {
     if (first_failure_) {
       rethrow_failure(std::string(what) +
                       ": this communicator is unusable since an earlier "
                       "collective failed: " +
                       failure_);
     }
+    const deadline until = deadline_after(config_.timeout);
     try {
-      body(deadline_after(config_.timeout));
+      check_.agree(backend_, fp, what, until);
+    } catch (const mismatch_error& e) {
+      if (check_.peer_left()) fail(what, e);
+      throw;
+    } catch (const std::exception& e) {
+      fail(what, e);
+      throw;
+    }
+    try {
+      body(until);
     } catch (const invalid_argument_error&) {
       throw;  // a bad call on this rank leaves the transport untouched
     } catch (const std::exception& e) {
-      failure_ = std::string(what) + ": " + e.what();
-      first_failure_ = std::current_exception();
-      backend_.abort(failure_);
+      fail(what, e);
       throw;
     }
+  }
+
+  // Called while `e` is being handled: remembers it as the first failure and aborts the backend,
+  // so the other ranks' waits end at once.
+  void fail(const char* what, const std::exception& e) {
+    failure_ = std::string(what) + ": " + e.what();
+    first_failure_ = std::current_exception();
+    backend_.abort(failure_);
   }
 
   // Throws `message` as the kind of the first failure, so that code catching timeout_error or
@@ -240,6 +326,8 @@ class communicator {
   config config_;
   Strategy strategy_;
   Fusion fusion_;
+  check::call_check<Backend> check_;
+  detail::live_flag live_;
   std::string failure_;               // "<collective>: <what()>" of the first failure
   std::exception_ptr first_failure_;  // set with failure_; its type is rethrown
 };

@@ -34,6 +34,10 @@ struct config {
   // Reduce every element in rank order so results do not depend on strategy or fusion
   // (DISTCOMM_DETERMINISTIC).
   bool deterministic = false;
+  // Before every collective, ranks agree on a fingerprint of the call (kind, dtype, count, op,
+  // root, sequence number, settings) so a mismatch is a mismatch_error on every rank instead of
+  // wrong data or a hang (DISTCOMM_MISMATCH_CHECK).
+  bool mismatch_check = true;
   // Backend chosen by tools and plugins when none is named in code (DISTCOMM_BACKEND).
   std::string backend;
   // DISTCOMM_LOG.

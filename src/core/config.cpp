@@ -32,6 +32,10 @@ const std::vector<setting_info> setting_rows = {
     {"DISTCOMM_DETERMINISTIC", "0",
      "1 = reduce every element in rank order: bitwise identical results for every strategy and "
      "fusion threshold."},
+    {"DISTCOMM_MISMATCH_CHECK", "1",
+     "1 = before each collective the ranks compare what they were called with (collective, "
+     "dtype, count, op, root, order) and raise mismatch_error on every rank when it differs; 0 "
+     "turns the check off. Must be the same on every rank."},
     {"DISTCOMM_BACKEND", "(default backend)",
      "Backend used by tools when none is named: local, mpi, gloo, ucx or nccl."},
     {"DISTCOMM_LOG", "warn", "Log level on stderr: error, warn, info or debug."},
@@ -133,6 +137,9 @@ config config::from_env(const env_lookup& getenv) {
   if (get("DISTCOMM_DETERMINISTIC", v)) {
     c.deterministic = parse_bool("DISTCOMM_DETERMINISTIC", v);
   }
+  if (get("DISTCOMM_MISMATCH_CHECK", v)) {
+    c.mismatch_check = parse_bool("DISTCOMM_MISMATCH_CHECK", v);
+  }
   if (get("DISTCOMM_BACKEND", v)) {
     if (v != "local" && v != "mpi" && v != "gloo" && v != "ucx" && v != "nccl") {
       throw invalid_argument_error(quote("DISTCOMM_BACKEND", v) +
@@ -167,6 +174,7 @@ std::string config::to_string() const {
      << "DISTCOMM_PS_SERVERS=" << ps_servers << '\n'
      << "DISTCOMM_ALGO=" << (algo.empty() ? std::string("(built-in)") : algo.to_string()) << '\n'
      << "DISTCOMM_DETERMINISTIC=" << (deterministic ? 1 : 0) << '\n'
+     << "DISTCOMM_MISMATCH_CHECK=" << (mismatch_check ? 1 : 0) << '\n'
      << "DISTCOMM_BACKEND=" << (backend.empty() ? std::string("(default)") : backend) << '\n'
      << "DISTCOMM_LOG=" << distcomm::to_string(log) << '\n';
   return os.str();

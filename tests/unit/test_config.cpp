@@ -171,6 +171,7 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_ALGO", ";"},
       {"DISTCOMM_DETERMINISTIC", "2"},
       {"DISTCOMM_DETERMINISTIC", "maybe"},
+      {"DISTCOMM_MISMATCH_CHECK", "sometimes"},
       {"DISTCOMM_BACKEND", "tcp"},
       {"DISTCOMM_BACKEND", "local "},
       {"DISTCOMM_LOG", "verbose"},
@@ -220,15 +221,12 @@ TEST_CASE("config: to_string has one NAME=value line per setting, in settings() 
 }
 
 TEST_CASE("config: to_string shows the values, and its output reads back to the same config") {
-  const env e = {{"DISTCOMM_TIMEOUT", "2.5"},
-                 {"DISTCOMM_FUSION_THRESHOLD", "1M"},
-                 {"DISTCOMM_FUSION_CUTOFF", "262144"},
-                 {"DISTCOMM_SEGMENT_SIZE", "65536"},
-                 {"DISTCOMM_PS_SERVERS", "0"},
-                 {"DISTCOMM_ALGO", "ps:0-1K;native:1K-1M;ring:1M-max"},
-                 {"DISTCOMM_DETERMINISTIC", "on"},
-                 {"DISTCOMM_BACKEND", "mpi"},
-                 {"DISTCOMM_LOG", "debug"}};
+  const env e = {
+      {"DISTCOMM_TIMEOUT", "2.5"},          {"DISTCOMM_FUSION_THRESHOLD", "1M"},
+      {"DISTCOMM_FUSION_CUTOFF", "262144"}, {"DISTCOMM_SEGMENT_SIZE", "65536"},
+      {"DISTCOMM_PS_SERVERS", "0"},         {"DISTCOMM_ALGO", "ps:0-1K;native:1K-1M;ring:1M-max"},
+      {"DISTCOMM_DETERMINISTIC", "on"},     {"DISTCOMM_MISMATCH_CHECK", "off"},
+      {"DISTCOMM_BACKEND", "mpi"},          {"DISTCOMM_LOG", "debug"}};
   const std::string text = from(e).to_string();
   CHECK_HAS(text, "DISTCOMM_TIMEOUT=2.5\n");
   CHECK_HAS(text, "DISTCOMM_FUSION_THRESHOLD=1M\n");
@@ -237,6 +235,7 @@ TEST_CASE("config: to_string shows the values, and its output reads back to the 
   CHECK_HAS(text, "DISTCOMM_PS_SERVERS=0\n");
   CHECK_HAS(text, "DISTCOMM_ALGO=ps:0-1K;native:1K-1M;ring:1M-max\n");
   CHECK_HAS(text, "DISTCOMM_DETERMINISTIC=1\n");
+  CHECK_HAS(text, "DISTCOMM_MISMATCH_CHECK=0\n");
   CHECK_HAS(text, "DISTCOMM_BACKEND=mpi\n");
   CHECK_HAS(text, "DISTCOMM_LOG=debug\n");
   env back;

@@ -144,14 +144,28 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
 }
 
 gloo_request gloo_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  return send(data, bytes, peer, tag, false);
+}
+
+gloo_request gloo_backend::send(const void* data, std::size_t bytes, int peer, tag_t tag,
+                                bool notice) {
   state_->throw_if_aborted();
   if (peer < 0 || peer >= size_ || peer == rank_) {
     throw invalid_argument_error("gloo: isend to rank " + std::to_string(peer) + " from rank " +
                                  std::to_string(rank_) + " in a world of " + std::to_string(size_));
   }
   // No op: a small send, complete at once (the backend sends its own copy; gloo_p2p.cpp).
-  auto op = state_->post_send(data, bytes, peer, tag);
+  auto op = state_->post_send(data, bytes, peer, tag, notice);
   return op ? gloo_request(state_, std::move(op)) : gloo_request();
+}
+
+void gloo_backend::send_detached(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  if (bytes > detail::eager_bytes) {
+    throw invalid_argument_error("gloo: send_detached of " + std::to_string(bytes) +
+                                 " bytes: at most " + std::to_string(detail::eager_bytes));
+  }
+  // A small send is complete at once: the request is empty.
+  (void)send(data, bytes, peer, tag, /*notice=*/true);
 }
 
 gloo_request gloo_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {

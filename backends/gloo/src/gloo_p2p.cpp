@@ -66,6 +66,8 @@ constexpr auto notice_send_limit = std::chrono::milliseconds(100);
 
 // How long a wait sleeps before looking at the abort flag and the notices again.
 constexpr auto abort_poll = std::chrono::milliseconds(50);
+// How long teardown waits for detached sends nobody has taken (gloo_state::~gloo_state).
+constexpr auto notice_linger = std::chrono::milliseconds(100);
 
 // How long a cancelled receive whose payload is arriving may take to finish before the connection
 // is closed under it (the sender committed to it: a healthy one finishes in milliseconds).
@@ -398,9 +400,10 @@ void gloo_state::reap() {
 }
 
 std::shared_ptr<gloo_op> gloo_state::post_send(const void* data, std::size_t bytes, int peer,
-                                               tag_t tag) {
+                                               tag_t tag, bool notice) {
   auto op = std::make_shared<gloo_op>();
   op->send = true;
+  op->notice = notice;
   op->peer = peer;
   op->tag = tag;
   op->bytes = bytes;
@@ -621,8 +624,11 @@ void gloo_state::wait(gloo_op& op, deadline until) {
 
 gloo_state::~gloo_state() {
   // Lets gloo write the small sends still in flight (each is complete for its caller at once),
-  // unless their connections are closed or the deadline passed.
+  // unless their connections are closed or the deadline passed. Detached sends (the notice of a
+  // communicator that leaves) are taken at once by a peer that still waits for this one, and by
+  // nobody once every rank is done: they get notice_linger.
   const deadline until = deadline_after(timeout);
+  const deadline notices_until = std::min(until, deadline_after(notice_linger));
   while (!connections_closed.load() && clock::now() < until) {
     std::shared_ptr<gloo_op> op;
     {
@@ -631,11 +637,13 @@ gloo_state::~gloo_state() {
       if (in_flight.empty()) return;
       op = in_flight.front();
     }
+    const deadline limit = op->notice ? notices_until : until;
+    if (clock::now() >= limit) return;  // the connections close with the context, then the buffers
     try {
       check_peer(*op);  // a peer that aborted or failed takes nothing more
       gloo_block* b =
           op->head && !op->head->buffer->arrived(true) ? op->head.get() : op->staging.get();
-      if (b != nullptr) b->buffer->wait_until(op->send, std::min(until, clock::now() + abort_poll));
+      if (b != nullptr) b->buffer->wait_until(op->send, std::min(limit, clock::now() + abort_poll));
     } catch (...) {
       return;  // the connections close with the context, the buffers after them
     }

@@ -95,6 +95,7 @@ struct gloo_op {
   std::shared_ptr<gloo_block> staging;      // a drained payload
   std::unique_ptr<tracked_buffer> payload;  // a large payload, in the caller's memory
   clock::time_point posted = clock::now();
+  bool notice = false;  // a detached send: teardown waits for it only briefly
 
   // True when gloo no longer touches this op's memory; throws if its connection failed.
   bool finished();
@@ -198,7 +199,8 @@ struct gloo_state {
 
   // ---- point-to-point ----
   // Null for a small send: complete at once.
-  std::shared_ptr<gloo_op> post_send(const void* data, std::size_t bytes, int peer, tag_t tag);
+  std::shared_ptr<gloo_op> post_send(const void* data, std::size_t bytes, int peer, tag_t tag,
+                                     bool notice = false);
   std::shared_ptr<gloo_op> post_recv(void* data, std::size_t bytes, int peer, tag_t tag);
   // Completes op if it can without waiting; true when it is complete.
   bool poll(gloo_op& op);

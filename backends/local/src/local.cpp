@@ -28,7 +28,8 @@ struct local_op {
   void* dst = nullptr;        // receives
   std::size_t bytes = 0;
   std::atomic<int> state{queued};
-  std::string error;  // written before state becomes `failed`
+  std::string error;                 // written before state becomes `failed`
+  std::vector<unsigned char> owned;  // the payload of a detached send (src points into it)
 
   std::string describe() const {
     return std::string(is_send ? "send of " : "receive of ") + std::to_string(bytes) + " bytes " +
@@ -254,6 +255,18 @@ void local_request::wait(deadline until) {
 int local_backend::size() const noexcept { return world_->size; }
 
 local_request local_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  return local_request(world_, post_send(data, bytes, peer, tag, {}));
+}
+
+void local_backend::send_detached(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  // No request: nothing cancels it, and the op owns its bytes until the peer takes them.
+  (void)post_send(nullptr, bytes, peer, tag, std::vector<unsigned char>(p, p + bytes));
+}
+
+std::shared_ptr<detail::local_op> local_backend::post_send(const void* data, std::size_t bytes,
+                                                           int peer, tag_t tag,
+                                                           std::vector<unsigned char> owned) {
   check_peer("isend", peer, world_->size);
   if (world_->aborted.load(std::memory_order_acquire)) world_->throw_aborted(rank_);
   auto op = std::make_shared<local_op>();
@@ -261,7 +274,8 @@ local_request local_backend::isend(const void* data, std::size_t bytes, int peer
   op->owner = rank_;
   op->peer = peer;
   op->tag = tag;
-  op->src = data;
+  op->owned = std::move(owned);
+  op->src = data != nullptr ? data : op->owned.data();
   op->bytes = bytes;
   detail::mailbox& box = *world_->boxes[static_cast<std::size_t>(peer)];
   std::shared_ptr<local_op> match;
@@ -275,7 +289,7 @@ local_request local_backend::isend(const void* data, std::size_t bytes, int peer
     }
   }
   if (match) world_->transfer(*op, *match);
-  return local_request(world_, std::move(op));
+  return op;
 }
 
 local_request local_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {

@@ -186,6 +186,26 @@ struct ucx_state {
     progress_until(released, deadline_after(close_limit));
   }
 
+  // Receives and drops the messages nobody received (the notices of a communicator that left,
+  // to ranks that were done too: check/agree.hpp), so that destroying the worker does not warn
+  // about each of them. Called past the closing barrier, when nothing else is on its way.
+  void drain_unexpected() noexcept {
+    std::vector<unsigned char> sink;
+    for (int i = 0; i < 4096; ++i) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
+      if (msg == nullptr) return;
+      sink.resize(std::max<std::size_t>(info.length, 1));
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+      param.datatype = ucp_dt_make_contig(1);
+      if (!drive(ucp_tag_msg_recv_nbx(worker, sink.data(), info.length, msg, &param),
+                 deadline_after(close_limit))) {
+        return;
+      }
+    }
+  }
+
   // Sends `reason` to every reachable peer and lets the notices leave (at most
   // notice_send_limit): flushed endpoints have handed them to the transport, so the force close
   // that follows does not drop them.
@@ -337,6 +357,7 @@ struct ucx_state {
       // would hold it there until the store's linger ends).
       if (!healthy && kv) kv->mark_job_failed();
       cancel_notices();
+      drain_unexpected();
       close_endpoints(deadline_after(std::min(timeout, close_limit)));
       ucp_worker_destroy(worker);
       worker = nullptr;

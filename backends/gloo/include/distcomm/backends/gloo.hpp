@@ -94,6 +94,9 @@ class gloo_backend {
 
   [[nodiscard]] gloo_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] gloo_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // A small send nobody waits for (backend.hpp): copied at once; teardown gives it 100 ms to be
+  // taken, where a normal small send gets DISTCOMM_TIMEOUT.
+  void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);
 
   // Fails every pending and future wait with peer_lost_error(reason), sends `reason` to every
   // peer (at most 0.1 s) and closes the connections: the peers' waits on this rank fail at once
@@ -107,6 +110,7 @@ class gloo_backend {
   void native_barrier(deadline until);
 
  private:
+  gloo_request send(const void* data, std::size_t bytes, int peer, tag_t tag, bool notice);
   std::shared_ptr<detail::gloo_state> state_;
   int rank_ = 0;
   int size_ = 1;

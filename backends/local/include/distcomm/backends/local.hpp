@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "distcomm/backend.hpp"
 #include "distcomm/core/dtype.hpp"
@@ -65,6 +66,9 @@ class local_backend {
 
   [[nodiscard]] local_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] local_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // A send nobody waits for (backend.hpp): the bytes are copied now and stay in the peer's
+  // mailbox until it receives them or the world ends.
+  void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);
 
   // Fails every pending and future wait of every rank with peer_lost_error naming this rank.
   void abort(const std::string& reason) noexcept;
@@ -85,6 +89,8 @@ class local_backend {
   // Publishes (in, out), waits for all ranks, returns nothing; see local.cpp.
   void publish_and_sync(const void* in, void* out, const char* what, deadline until);
   void sync(const char* what, deadline until);
+  std::shared_ptr<detail::local_op> post_send(const void* data, std::size_t bytes, int peer,
+                                              tag_t tag, std::vector<unsigned char> owned);
 
   std::shared_ptr<detail::local_world_state> world_;
   int rank_ = 0;

@@ -98,6 +98,11 @@ class mpi_backend {
   // MPI's reductions combine in an order that depends on the algorithm it picks (and on the
   // number of processes per node), so results may differ in the last bits from ring/tree.
   static constexpr bool native_is_deterministic = false;
+  // A message nobody receives must not outlive its communicator: a communicator freed with one
+  // pending gives its context id to the next MPI_Comm_dup, and Open MPI delivers the message
+  // there (backend.hpp). So a communicator's departure is not announced on MPI; the ranks still
+  // calling collectives report it at their deadline.
+  static constexpr bool unreceived_messages_ok = false;
   // MPI's collectives are tuned per size and topology by the MPI library itself (Open MPI's
   // coll/tuned decision rules), so strategy::automatic defers to them, except below 64 KiB where
   // our recursive doubling over MPI point-to-point beat the native MPI_Iallreduce (2 ranks, f32

@@ -1,0 +1,199 @@
+// call_check<B>: before a collective moves data, the ranks agree on its fingerprint
+// (check/fingerprint.hpp). A dissemination exchange (ceil(log2 p) rounds; in round k rank r sends
+// what it knows to r + 2^k and hears from r - 2^k) leaves every rank with the same extremes of all
+// fingerprints, so either every rank goes on or every rank raises the same mismatch_error. The
+// exchange is itself a barrier. A communicator that is destroyed sends the ranks that hear from it
+// a `left` notice on the same tag, which stands in for its part of the next exchange: ranks still
+// calling collectives learn that it left instead of waiting out their deadline. Every message
+// carries its sender's nonce (random per communicator), so a notice of another communicator on
+// the same transport is recognised and skipped.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/check/fingerprint.hpp"
+#include "distcomm/core/error.hpp"
+
+namespace distcomm::check {
+
+// Apart from the strategies' tags (strategy/detail.hpp), below MPI's guaranteed MPI_TAG_UB.
+inline constexpr tag_t tag_agree = 31;
+
+namespace detail {
+// B::request, or a placeholder for a type that only names itself a backend (tests that look at a
+// communicator's static members): the members below must not need more than that.
+template <class B, class = void>
+struct request_of {
+  struct none {};
+  using type = none;
+};
+template <class B>
+struct request_of<B, std::void_t<typename B::request>> {
+  using type = typename B::request;
+};
+}  // namespace detail
+
+template <class B>
+class call_check {
+ public:
+  call_check(bool enabled, call_settings settings) : enabled_(enabled), settings_(settings) {}
+  call_check(call_check&&) noexcept = default;
+  call_check& operator=(call_check&&) noexcept = default;
+
+  bool enabled() const noexcept { return enabled_; }
+  const call_settings& settings() const noexcept { return settings_; }
+  // Collectives started so far on this communicator.
+  std::uint64_t calls() const noexcept { return seq_; }
+  // True when the last agree() failed because a peer's communicator was destroyed.
+  bool peer_left() const noexcept { return peer_left_; }
+
+  // Agrees on `mine` with every rank (it gets this rank's number and the next sequence number);
+  // throws mismatch_error when any rank's differs, timeout_error or peer_lost_error from the
+  // backend when a peer does not take part in time. Returns whether an exchange ran (it did not
+  // when the check is off or the world has one rank). After a mismatch between ranks that are all
+  // still here, every rank has finished the same exchange: the next one pairs up as usual. After
+  // peer_left(), the communicator is of no further use.
+  bool agree(B& b, call_fingerprint mine, const char* what, deadline until) {
+    mine.seq = seq_++;
+    mine.rank = b.rank();
+    const int p = b.size();
+    if (!enabled_ || p == 1) return false;
+    const int r = b.rank();
+    std::size_t rounds = 0;
+    for (int d = 1; d < p; d *= 2) ++rounds;
+    sent_.resize(rounds);
+    received_.resize(rounds);
+    sources_.resize(rounds, 0);
+    agreement state{mine, mine, nonce_};
+    // The first send apart: no allocation at two ranks, the common case of a latency test.
+    request first;
+    std::vector<request> more;
+    std::vector<int> gone;  // peers whose notice this rank received itself
+    for (std::size_t k = 0; k < rounds; ++k) {
+      sent_[k] = state;
+      auto sr = b.isend(&sent_[k], sizeof(agreement), (r + (1 << k)) % p, tag_agree);
+      if (k == 0) {
+        first = std::move(sr);
+      } else {
+        more.push_back(std::move(sr));
+      }
+      const int from = (r - (1 << k) + p) % p;
+      try {
+        if (receive(b, k, from, until)) gone.push_back(from);
+      } catch (const timeout_error& e) {
+        // Say what a rank that does not answer before a collective may be doing.
+        throw timeout_error(std::string(what) + ": rank " + std::to_string(from) +
+                            " did not start the " + ordinal(mine.seq + 1) +
+                            " collective of this communicator before the deadline: it may be "
+                            "stopped or slow, or have left the job (exited, or destroyed its "
+                            "communicator after fewer collectives): " +
+                            e.what());
+      }
+      state.merge(received_[k]);
+    }
+    peer_left_ = state.hi.kind == static_cast<std::uint32_t>(call_kind::left);
+    if (peer_left_) gone.push_back(state.hi.rank);
+    // Every send is waited for, so that the ranks still here finish the exchange, except those
+    // to a rank that left: nobody takes them (destroying them cancels them). Another rank that
+    // left unseen may hold a send up: after a departure that wait is bounded and its failure
+    // ignored, since this rank raises the departure anyway.
+    const deadline grace = std::min(until, deadline_after(std::chrono::seconds(1)));
+    int k_send = 0;
+    const auto settle = [&](request& req) {
+      const int to = (r + (1 << k_send++)) % p;
+      if (!peer_left_) return req.wait(until);
+      if (std::find(gone.begin(), gone.end(), to) != gone.end()) return;
+      try {
+        req.wait(grace);
+      } catch (const std::exception&) {
+      }
+    };
+    settle(first);
+    for (auto& req : more) settle(req);
+    if (!state.agreed()) throw mismatch_error(describe_mismatch(what, state, mine));
+    return true;
+  }
+
+  // Tells the ranks that would hear from this one in the next exchange that this communicator is
+  // gone after calls() collectives. Bounded, never throws: a peer that already left or failed is
+  // simply not told. A communicator that made no collective sends nothing (see receive()).
+  void leave(B& b) noexcept {
+    const int p = b.size();
+    if (!enabled_ || p == 1 || seq_ == 0) return;
+    if constexpr (!distcomm::detail::unreceived_messages_ok<B>::value) return;
+    try {
+      call_fingerprint f;
+      f.kind = static_cast<std::uint32_t>(call_kind::left);
+      f.seq = seq_;
+      f.rank = b.rank();
+      const agreement notice{f, f, nonce_};
+      std::vector<request> sends;
+      for (int d = 1; d < p; d *= 2) {
+        const int to = (b.rank() + d) % p;
+        if constexpr (distcomm::detail::has_send_detached<B>::value) {
+          b.send_detached(&notice, sizeof notice, to, tag_agree);
+        } else {
+          sends.push_back(b.isend(&notice, sizeof notice, to, tag_agree));
+        }
+      }
+      // Small messages leave at once on every network transport; the limit guards a wedged one.
+      const deadline until = deadline_after(std::chrono::milliseconds(200));
+      for (auto& s : sends) {
+        try {
+          s.wait(until);
+        } catch (const std::exception&) {
+          // That peer is gone or unreachable: it needs no notice.
+        }
+      }
+    } catch (...) {
+    }
+  }
+
+ private:
+  using request = typename detail::request_of<B>::type;
+
+  // Completes round k's receive from `from`. Notices of other communicators on the same
+  // transport (backends whose copies share it; an MPI context id reused after MPI_Comm_free)
+  // are skipped: a peer's own notice carries the nonce its exchange messages carried, and none
+  // can come before its first one (leave() sends nothing then). Returns whether what arrived is
+  // `from`'s own notice.
+  bool receive(B& b, std::size_t k, int from, deadline until) {
+    for (;;) {
+      b.irecv(&received_[k], sizeof(agreement), from, tag_agree).wait(until);
+      const agreement& in = received_[k];
+      if (in.lo.kind != static_cast<std::uint32_t>(call_kind::left)) {
+        sources_[k] = in.sender;
+        return false;
+      }
+      if (sources_[k] != 0 && in.sender == sources_[k]) return true;
+    }
+  }
+
+  static std::uint64_t new_nonce() {
+    std::random_device rd;
+    const std::uint64_t n = (std::uint64_t{rd()} << 32) ^ rd() ^
+                            static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
+    return n == 0 ? 1 : n;
+  }
+
+  bool enabled_;
+  call_settings settings_;
+  std::uint64_t seq_ = 0;
+  bool peer_left_ = false;
+  std::uint64_t nonce_ = new_nonce();
+  std::vector<agreement> sent_;  // kept between calls: no allocation once warm
+  std::vector<agreement> received_;
+  std::vector<std::uint64_t> sources_;  // the nonce of each round's source, once known
+};
+
+}  // namespace distcomm::check

@@ -1,0 +1,90 @@
+// What ranks compare before a collective moves data: a fixed-size fingerprint of the call (which
+// collective, dtype, count, op, root, the tensors of a grouped call, the settings that choose the
+// algorithm, and the call's sequence number). check/agree.hpp exchanges them; a difference becomes
+// a mismatch_error on every rank whose message comes from describe_mismatch() below.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "distcomm/config.hpp"
+#include "distcomm/core/span.hpp"
+#include "distcomm/core/tensor_view.hpp"
+
+namespace distcomm::check {
+
+// The collective a fingerprint describes. `left` is the notice of a communicator that was
+// destroyed: it sorts last, so it is always the `hi` of a disagreement.
+enum class call_kind : std::uint32_t {
+  allreduce = 1,
+  grouped_allreduce,
+  reduce_scatter,
+  allgather,
+  broadcast,
+  barrier,
+  left = 0xffff,
+};
+
+const char* to_string(call_kind k) noexcept;
+
+// Plain data, the same bytes on every rank of a job (one machine architecture per job): sent as
+// is. Fields that do not apply to a collective are zero; root is -1 where there is none.
+struct call_fingerprint {
+  std::uint64_t seq = 0;           // collectives this communicator made before this one
+  std::uint64_t count = 0;         // elements (grouped: of all tensors; reduce_scatter: per rank)
+  std::uint64_t tensors_hash = 0;  // grouped: the tensors' counts and dtypes, in order
+  std::uint64_t segment_bytes = 0;
+  std::uint64_t fusion_threshold = 0;  // grouped calls only
+  std::uint64_t fusion_cutoff = 0;     // grouped calls only
+  std::uint64_t algo_hash = 0;         // the strategy type and the automatic table
+  std::uint32_t kind = 0;              // call_kind
+  std::int32_t type = -1;              // dtype, -1 for none (barrier, grouped)
+  std::int32_t op = -1;                // reduce_op, -1 for none
+  std::int32_t root = -1;
+  std::uint32_t tensors = 0;  // grouped: number of tensors
+  std::uint32_t deterministic = 0;
+  std::int32_t ps_servers = 0;
+  std::int32_t rank = -1;  // who sent it (not compared)
+};
+
+// The settings part of every fingerprint, computed once per communicator.
+struct call_settings {
+  std::uint64_t segment_bytes = 0;
+  std::uint64_t fusion_threshold = 0;
+  std::uint64_t fusion_cutoff = 0;
+  std::uint64_t algo_hash = 0;
+  std::uint32_t deterministic = 0;
+  std::int32_t ps_servers = 0;
+};
+call_settings settings_of(const config& c, const char* strategy_name);
+
+// A fingerprint of one call, with the settings filled in.
+call_fingerprint make_fingerprint(call_kind kind, const call_settings& s, std::size_t count = 0,
+                                  int type = -1, int op = -1, int root = -1);
+// A grouped allreduce: the number of tensors, their total count and a hash of (count, dtype) in
+// order, plus the fusion settings (they decide which collectives run).
+call_fingerprint grouped_fingerprint(span<const tensor_view> tensors, int op,
+                                     const call_settings& s);
+
+// Total order on everything but `rank`; equal means the ranks agree.
+int compare(const call_fingerprint& a, const call_fingerprint& b) noexcept;
+
+// The extremes of the fingerprints of a set of ranks: lo and hi under compare(), ties to the lower
+// rank. Merging is idempotent, so the overlapping sets of a dissemination exchange are fine.
+struct agreement {
+  call_fingerprint lo;
+  call_fingerprint hi;
+  std::uint64_t sender = 0;  // the nonce of the communicator that sent it (not merged)
+  void merge(const agreement& other) noexcept;
+  bool agreed() const noexcept;
+};
+
+// The message of the mismatch_error every rank raises: the field that differs, the two ranks and
+// both values, what to do; `what` names the collective, `mine` is this rank's fingerprint.
+std::string describe_mismatch(const char* what, const agreement& a, const call_fingerprint& mine);
+
+// "1st", "2nd", "3rd", "4th", ..., "11th", "21st".
+std::string ordinal(std::uint64_t n);
+
+}  // namespace distcomm::check

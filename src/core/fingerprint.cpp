@@ -1,0 +1,203 @@
+#include "distcomm/check/fingerprint.hpp"
+
+#include <tuple>
+
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/reduce_op.hpp"
+
+namespace distcomm::check {
+namespace {
+
+// FNV-1a: cheap, and the same on every rank of one build.
+constexpr std::uint64_t fnv_basis = 0xcbf29ce484222325ull;
+std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+auto key(const call_fingerprint& f) noexcept {
+  return std::tie(f.kind, f.seq, f.type, f.count, f.op, f.root, f.tensors, f.tensors_hash,
+                  f.algo_hash, f.segment_bytes, f.deterministic, f.ps_servers, f.fusion_threshold,
+                  f.fusion_cutoff);
+}
+
+std::string dtype_name(std::int32_t t) {
+  if (t < 0) return "none";
+  const auto d = static_cast<dtype>(t);
+  return is_valid(d) ? to_string(d) : "dtype " + std::to_string(t);
+}
+
+std::string op_name(std::int32_t o) {
+  if (o < 0) return "none";
+  const auto r = static_cast<reduce_op>(o);
+  return is_valid(r) ? to_string(r) : "op " + std::to_string(o);
+}
+
+std::string rank_name(const call_fingerprint& f) { return "rank " + std::to_string(f.rank); }
+
+// "<field> differs: rank A has X, rank B has Y".
+std::string differs(const char* field, const call_fingerprint& lo, const std::string& a,
+                    const call_fingerprint& hi, const std::string& b) {
+  return std::string(field) + " differs: " + rank_name(lo) + " has " + a + ", " + rank_name(hi) +
+         " has " + b;
+}
+
+}  // namespace
+
+const char* to_string(call_kind k) noexcept {
+  switch (k) {
+    case call_kind::allreduce:
+      return "allreduce";
+    case call_kind::grouped_allreduce:
+      return "grouped allreduce";
+    case call_kind::reduce_scatter:
+      return "reduce_scatter";
+    case call_kind::allgather:
+      return "allgather";
+    case call_kind::broadcast:
+      return "broadcast";
+    case call_kind::barrier:
+      return "barrier";
+    case call_kind::left:
+      return "(left the job)";
+  }
+  return "(unknown collective)";
+}
+
+call_settings settings_of(const config& c, const char* strategy_name) {
+  call_settings s;
+  s.segment_bytes = c.segment_bytes.value_or(0);
+  s.fusion_threshold = c.fusion_threshold;
+  s.fusion_cutoff = c.fusion_cutoff.value_or(0);
+  const std::string algo = std::string(strategy_name) + "|" + c.algo.to_string();
+  s.algo_hash = fnv(fnv_basis, algo.data(), algo.size());
+  s.deterministic = c.deterministic ? 1 : 0;
+  s.ps_servers = c.ps_servers;
+  return s;
+}
+
+call_fingerprint make_fingerprint(call_kind kind, const call_settings& s, std::size_t count,
+                                  int type, int op, int root) {
+  call_fingerprint f;
+  f.kind = static_cast<std::uint32_t>(kind);
+  f.count = count;
+  f.type = type;
+  f.op = op;
+  f.root = root;
+  f.segment_bytes = s.segment_bytes;
+  f.algo_hash = s.algo_hash;
+  f.deterministic = s.deterministic;
+  f.ps_servers = s.ps_servers;
+  return f;
+}
+
+call_fingerprint grouped_fingerprint(span<const tensor_view> tensors, int op,
+                                     const call_settings& s) {
+  call_fingerprint f = make_fingerprint(call_kind::grouped_allreduce, s, 0, -1, op);
+  std::uint64_t h = fnv_basis;
+  for (const tensor_view& t : tensors) {
+    const std::uint64_t count = t.count;
+    const auto type = static_cast<std::uint8_t>(t.type);
+    h = fnv(fnv(h, &count, sizeof count), &type, sizeof type);
+    f.count += count;
+  }
+  f.tensors = static_cast<std::uint32_t>(tensors.size());
+  f.tensors_hash = h;
+  f.fusion_threshold = s.fusion_threshold;
+  f.fusion_cutoff = s.fusion_cutoff;
+  return f;
+}
+
+int compare(const call_fingerprint& a, const call_fingerprint& b) noexcept {
+  const auto ka = key(a);
+  const auto kb = key(b);
+  return ka < kb ? -1 : (kb < ka ? 1 : 0);
+}
+
+void agreement::merge(const agreement& other) noexcept {
+  const int l = compare(other.lo, lo);
+  if (l < 0 || (l == 0 && other.lo.rank < lo.rank)) lo = other.lo;
+  const int h = compare(other.hi, hi);
+  if (h > 0 || (h == 0 && other.hi.rank < hi.rank)) hi = other.hi;
+}
+
+bool agreement::agreed() const noexcept { return compare(lo, hi) == 0; }
+
+std::string ordinal(std::uint64_t n) {
+  const char* suffix = "th";
+  if (n % 100 < 11 || n % 100 > 13) {
+    if (n % 10 == 1) suffix = "st";
+    if (n % 10 == 2) suffix = "nd";
+    if (n % 10 == 3) suffix = "rd";
+  }
+  return std::to_string(n) + suffix;
+}
+
+std::string describe_mismatch(const char* what, const agreement& a, const call_fingerprint& mine) {
+  const call_fingerprint& lo = a.lo;
+  const call_fingerprint& hi = a.hi;
+  const std::string me = "rank " + std::to_string(mine.rank);
+  const std::string call = " (" + ordinal(mine.seq + 1) + " collective of this communicator)";
+  const std::string head =
+      std::string(what) + ": ranks disagree on the call, before any data moved";
+  const std::string fix = "; every rank must make the same collective calls in the same order";
+  if (hi.kind == static_cast<std::uint32_t>(call_kind::left)) {
+    const std::string n = std::to_string(hi.seq);
+    return std::string(what) + ": " + rank_name(hi) + " has left the job after " + n +
+           " collective" + (hi.seq == 1 ? "" : "s") + " (its communicator was destroyed); " + me +
+           " is in its " + ordinal(mine.seq + 1) + " (" +
+           to_string(static_cast<call_kind>(mine.kind)) + ")" + fix;
+  }
+  if (lo.kind != hi.kind) {
+    return head + ": " + rank_name(lo) + " calls " + to_string(static_cast<call_kind>(lo.kind)) +
+           ", " + rank_name(hi) + " calls " + to_string(static_cast<call_kind>(hi.kind)) + call +
+           fix;
+  }
+  std::string d;
+  if (lo.seq != hi.seq) {
+    d = differs("the sequence number", lo, "call " + std::to_string(lo.seq + 1), hi,
+                "call " + std::to_string(hi.seq + 1)) +
+        " (a rank skipped collectives, or DISTCOMM_MISMATCH_CHECK differs across ranks)";
+  } else if (lo.type != hi.type) {
+    d = differs("the dtype", lo, dtype_name(lo.type), hi, dtype_name(hi.type));
+  } else if (lo.count != hi.count) {
+    const bool grouped = lo.kind == static_cast<std::uint32_t>(call_kind::grouped_allreduce);
+    d = differs(grouped ? "the total element count of the tensors" : "the element count", lo,
+                std::to_string(lo.count), hi, std::to_string(hi.count));
+  } else if (lo.op != hi.op) {
+    d = differs("the reduce op", lo, op_name(lo.op), hi, op_name(hi.op));
+  } else if (lo.root != hi.root) {
+    d = differs("the root", lo, "root " + std::to_string(lo.root), hi,
+                "root " + std::to_string(hi.root));
+  } else if (lo.tensors != hi.tensors) {
+    d = differs("the number of tensors", lo, std::to_string(lo.tensors), hi,
+                std::to_string(hi.tensors));
+  } else if (lo.tensors_hash != hi.tensors_hash) {
+    d = "the tensors' counts and dtypes, in order, differ (same number of tensors and elements, "
+        "another order or other dtypes): " +
+        rank_name(lo) + " and " + rank_name(hi);
+  } else if (lo.algo_hash != hi.algo_hash) {
+    d = "the strategy (the communicator's Strategy type) or its automatic table (DISTCOMM_ALGO) "
+        "differs: " +
+        rank_name(lo) + " and " + rank_name(hi);
+  } else if (lo.segment_bytes != hi.segment_bytes) {
+    d = differs("DISTCOMM_SEGMENT_SIZE", lo, std::to_string(lo.segment_bytes), hi,
+                std::to_string(hi.segment_bytes));
+  } else if (lo.deterministic != hi.deterministic) {
+    d = differs("DISTCOMM_DETERMINISTIC", lo, std::to_string(lo.deterministic), hi,
+                std::to_string(hi.deterministic));
+  } else if (lo.ps_servers != hi.ps_servers) {
+    d = differs("DISTCOMM_PS_SERVERS", lo, std::to_string(lo.ps_servers), hi,
+                std::to_string(hi.ps_servers));
+  } else if (lo.fusion_threshold != hi.fusion_threshold) {
+    d = differs("DISTCOMM_FUSION_THRESHOLD", lo, std::to_string(lo.fusion_threshold), hi,
+                std::to_string(hi.fusion_threshold));
+  } else {
+    d = differs("DISTCOMM_FUSION_CUTOFF", lo, std::to_string(lo.fusion_cutoff), hi,
+                std::to_string(hi.fusion_cutoff));
+  }
+  return head + ": " + d + call + fix + " (seen on " + me + ")";
+}
+
+}  // namespace distcomm::check

@@ -1,0 +1,200 @@
+// Ranks that disagree on a call: every rank gets a mismatch_error naming the field that differs
+// and both values, at once (not at the deadline), before any data moved; the communicator then
+// goes on. A rank whose communicator is gone is reported as having left, with its count.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "context.hpp"
+
+namespace backend_suite {
+
+// Far beyond the 2 s within which every rank must have its error: a mismatch reported by a
+// deadline would take this long.
+constexpr double mismatch_timeout_s = 20.0;
+
+template <class B>
+dc::config mismatch_config() {
+  dc::config c = suite_config<B>();
+  c.timeout = std::chrono::duration<double>(mismatch_timeout_s);
+  c.mismatch_check = true;
+  return c;
+}
+
+// Runs `call` on this rank and returns the message of the mismatch_error it must raise (empty,
+// and a failed check, when it raised none or another error), checking it came within 2 s.
+template <class F>
+std::string expect_call_mismatch(const char* label, F&& call) {
+  CAPTURE(label);
+  const auto t0 = dc::clock::now();
+  std::string m;
+  try {
+    call();
+    FAIL_CHECK("no mismatch_error");
+  } catch (const dc::mismatch_error& e) {
+    m = e.what();
+  } catch (const std::exception& e) {
+    FAIL_CHECK("another error than mismatch_error: " << e.what());
+  }
+  const double took = std::chrono::duration<double>(dc::clock::now() - t0).count();
+  CHECK_MESSAGE(took < 2.0, label << " took " << took << " s");
+  return m;
+}
+
+inline void check_has(const std::string& m, const std::string& part) {
+  CHECK_MESSAGE(m.find(part) != std::string::npos,
+                "'" << m << "' does not mention '" << part << "'");
+}
+
+// The odd rank out is rank 1; at 3 ranks ranks 0 and 2 agree.
+template <class B>
+void mismatched_calls(rank_context<B>& ctx) {
+  const int me = ctx.rank;
+  const bool odd = me == 1;
+  dc::communicator<B> comm(ctx.make(), mismatch_config<B>());
+
+  // Same bytes, another dtype: f32 against i32.
+  {
+    std::vector<float> f(8, 1.5f);
+    std::vector<std::int32_t> i(8, 7);
+    const std::string m = expect_call_mismatch("dtype", [&] {
+      if (odd) {
+        comm.allreduce(dc::view(i));
+      } else {
+        comm.allreduce(dc::view(f));
+      }
+    });
+    check_has(m, "dtype");
+    check_has(m, "f32");
+    check_has(m, "i32");
+    check_has(m, "rank 1");
+    CHECK_MESSAGE((f == std::vector<float>(8, 1.5f) && i == std::vector<std::int32_t>(8, 7)),
+                  "the data moved");
+  }
+  // Another op: sum against max.
+  {
+    std::vector<float> v(8, 2.0f);
+    const std::string m = expect_call_mismatch(
+        "op", [&] { comm.allreduce(dc::view(v), odd ? dc::reduce_op::max : dc::reduce_op::sum); });
+    check_has(m, "reduce op");
+    check_has(m, "sum");
+    check_has(m, "max");
+    CHECK(v == std::vector<float>(8, 2.0f));
+  }
+  // Another root, small and large buffers.
+  for (std::size_t count : {std::size_t{4}, std::size_t{300000}}) {
+    std::vector<float> v(count, static_cast<float>(me));
+    const std::string m =
+        expect_call_mismatch("root", [&] { comm.broadcast(dc::view(v), odd ? 1 : 0); });
+    check_has(m, "root");
+    check_has(m, "root 0");
+    check_has(m, "root 1");
+    CHECK(v == std::vector<float>(count, static_cast<float>(me)));
+  }
+  // Another collective of the same size.
+  {
+    std::vector<float> v(1024, 1.0f);
+    const std::string m = expect_call_mismatch("kind", [&] {
+      if (odd) {
+        comm.broadcast(dc::view(v), 0);
+      } else {
+        comm.allreduce(dc::view(v));
+      }
+    });
+    check_has(m, "calls allreduce");
+    check_has(m, "calls broadcast");
+  }
+  // Counts one apart, above every eager limit.
+  {
+    std::vector<float> v(odd ? 300008 : 300007, 1.0f);
+    const std::string m = expect_call_mismatch("count", [&] { comm.allreduce(dc::view(v)); });
+    check_has(m, "element count");
+    check_has(m, "300007");
+    check_has(m, "300008");
+  }
+  // A grouped allreduce of the same tensors in another order.
+  {
+    std::vector<float> a(10, 1.0f);
+    std::vector<float> b(20, 1.0f);
+    std::vector<std::int32_t> c(30, 1);
+    std::vector<dc::tensor_view> ts = {dc::view(a), dc::view(b), dc::view(c)};
+    if (odd) std::swap(ts[0], ts[2]);
+    const std::string m = expect_call_mismatch(
+        "grouped order", [&] { comm.allreduce(dc::span<const dc::tensor_view>(ts)); });
+    check_has(m, "tensors");
+    check_has(m, "order");
+  }
+  // The communicator is still usable, and the next collective pairs up as usual.
+  std::vector<std::int64_t> ok(5, me + 1);
+  comm.allreduce(dc::view(ok));
+  const std::int64_t n = ctx.size;
+  CHECK(ok == std::vector<std::int64_t>(5, n * (n + 1) / 2));
+  comm.barrier();
+
+  // Settings that choose the algorithm differ (a rank with another DISTCOMM_SEGMENT_SIZE).
+  dc::config other = mismatch_config<B>();
+  if (odd) other.segment_bytes = 512;
+  dc::communicator<B> comm2(ctx.make(), other);
+  std::vector<float> v(4096, 1.0f);
+  const std::string m = expect_call_mismatch("settings", [&] { comm2.allreduce(dc::view(v)); });
+  check_has(m, "DISTCOMM_SEGMENT_SIZE");
+  check_has(m, "256");
+  check_has(m, "512");
+}
+
+// Rank 1 makes two collectives and destroys its communicator; the others call a third. Where a
+// message nobody receives is an error (MPI, backend.hpp), no notice is sent: the others name
+// rank 1 at their deadline instead, saying it may have left.
+template <class B>
+void departed_rank(rank_context<B>& ctx) {
+  constexpr bool notices = dc::detail::unreceived_messages_ok<B>::value;
+  const int me = ctx.rank;
+  dc::config cfg = mismatch_config<B>();
+  if (!notices) cfg.timeout = std::chrono::seconds(2);
+  B backend = ctx.make();
+  if (me == 1) {
+    dc::communicator<B> comm(std::move(backend), cfg);
+    std::vector<float> v(16, 1.0f);
+    comm.allreduce(dc::view(v));
+    comm.barrier();
+    return;  // leaves after 2 collectives
+  }
+  dc::communicator<B> comm(std::move(backend), cfg);
+  std::vector<float> v(16, 1.0f);
+  comm.allreduce(dc::view(v));
+  comm.barrier();
+  if constexpr (notices) {
+    const std::string m = expect_call_mismatch("left", [&] { comm.allreduce(dc::view(v)); });
+    check_has(m, "rank 1 has left the job after 2 collectives");
+    check_has(m, "is in its 3rd");
+  } else {
+    std::string m;
+    CHECK_THROWS_AS(
+        [&] {
+          try {
+            comm.allreduce(dc::view(v));
+          } catch (const dc::timeout_error& e) {
+            m = e.what();
+            throw;
+          }
+        }(),
+        dc::timeout_error);
+    check_has(m, "rank 1 did not start the 3rd collective");
+    check_has(m, "have left the job");
+  }
+}
+
+}  // namespace backend_suite
+
+TEST_CASE_TEMPLATE_DEFINE("mismatched calls: mismatch_error on every rank, naming the field", E,
+                          backend_suite_mismatch) {
+  using B = typename E::backend;
+  E::run([](backend_suite::rank_context<B>& ctx) { backend_suite::mismatched_calls(ctx); });
+}
+
+TEST_CASE_TEMPLATE_DEFINE("mismatched calls: a rank whose communicator is gone has left the job", E,
+                          backend_suite_departed) {
+  using B = typename E::backend;
+  E::run([](backend_suite::rank_context<B>& ctx) { backend_suite::departed_rank(ctx); });
+}
