@@ -95,6 +95,8 @@ const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_AUTH_TOKEN", "(unset: no authentication)",
      "Shared secret for the store's HMAC-SHA256 challenge-response; never sent."},
     {"DISTCOMM_AUTH_TOKEN_FILE", "(unset)", "File holding the token (instead of the variable)."},
+    {"DISTCOMM_JOB_ID", "(from the launcher)",
+     "Names this rank's job in the store handshake; a store refuses a rank of another job."},
     {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
      "Network interface or address the gloo backend's TCP transport uses."},
 };

@@ -8,6 +8,7 @@
 #include "allreduce.hpp"
 #include "collectives.hpp"
 #include "mismatch.hpp"
+#include "overflow.hpp"
 #include "p2p.hpp"
 
 #ifndef DISTCOMM_SUITE_ENVS
@@ -28,5 +29,6 @@ TEST_CASE_TEMPLATE_INVOKE(backend_suite_grouped, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_native_vs_ring, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_collectives, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_deterministic, DISTCOMM_SUITE_ENVS);
+TEST_CASE_TEMPLATE_INVOKE(backend_suite_overflow, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_mismatch, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_departed, DISTCOMM_SUITE_ENVS);

@@ -146,11 +146,14 @@ TEST_CASE("communicator failure: after a lost peer, later calls throw peer_lost_
 
 TEST_CASE("communicator failure: after a mismatch, each rank's later calls keep its first kind") {
   // Rank 0 reduces 10 floats, rank 1 11: each rank sees a mismatch, or the other's abort first.
+  // The mismatch check is off: with it, the mismatch is found before any data moves and leaves
+  // the communicator usable (the next test case).
   local_world w(2);
   failure first[2];
   w.run([&](local_backend b) {
     config c;
     c.timeout = 30s;
+    c.mismatch_check = false;
     communicator<local_backend, strategy::ring> comm(b, c);
     std::vector<float> v(b.rank() == 0 ? 10 : 11, 1.0f);
     auto& mine = first[static_cast<std::size_t>(b.rank())];
@@ -160,6 +163,33 @@ TEST_CASE("communicator failure: after a mismatch, each rank's later calls keep 
   CHECK((first[0].kind == "mismatch_error" || first[1].kind == "mismatch_error"));
   for (const failure& f : first) {
     CHECK((f.kind == "mismatch_error" || f.kind == "peer_lost_error"));
+  }
+}
+
+TEST_CASE("communicator failure: a mismatch found before data moves leaves it usable") {
+  local_world w(3);
+  std::string first[3];
+  std::vector<float> after[3];
+  w.run([&](local_backend b) {
+    config c;
+    c.timeout = 30s;
+    communicator<local_backend, strategy::ring> comm(b, c);
+    const auto r = static_cast<std::size_t>(b.rank());
+    std::vector<float> v(b.rank() == 2 ? 11 : 10, 1.0f);
+    try {
+      comm.allreduce(view(v));
+    } catch (const mismatch_error& e) {
+      first[r] = e.what();
+    }
+    CHECK(v == std::vector<float>(v.size(), 1.0f));  // untouched
+    std::vector<float> ok(10, static_cast<float>(r + 1));
+    comm.allreduce(view(ok));
+    after[r] = ok;
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK_HAS(first[r], "the element count differs: rank 0 has 10, rank 2 has 11");
+    CHECK_HAS(first[r], "(seen on rank " + std::to_string(r) + ")");
+    CHECK(after[r] == std::vector<float>(10, 6.0f));
   }
 }
 
