@@ -33,9 +33,14 @@
 // Failures: abort(reason) sends the reason to every peer (one receive per peer stays posted on a
 // slot of its own) before closing the connections, so a peer can say which rank gave up and why
 // (e.g. the rank that rank waited for) instead of only "connection closed"; a peer that closes
-// without one exited, died or lost its network. gloo writes with writev(2), which raises SIGPIPE
-// once a peer is gone: SIGPIPE is blocked in gloo's event-loop thread and around our calls into
-// gloo, so that a lost peer is an error, not the end of this process.
+// without one exited, died or lost its network. A wait that passes its deadline first asks its
+// peer what that peer waits for (a probe: one small message per ordered pair of ranks, its
+// receive posted at the start like the notices'); a peer inside a wait answers within one sleep
+// slice, a stopped one never. Following the answers from rank to rank names the rank at the end
+// of the chain, the one that does not answer: in a ring where rank 1 stopped, rank 3 (waiting on
+// rank 2, which waits on rank 1) says so instead of blaming rank 2. gloo writes with writev(2),
+// which raises SIGPIPE once a peer is gone: SIGPIPE is blocked in gloo's event-loop thread and
+// around our calls into gloo, so that a lost peer is an error, not the end of this process.
 #include "gloo_p2p.hpp"
 
 #include <gloo/common/error.h>
@@ -64,8 +69,20 @@ constexpr std::uint64_t notice_slot = std::uint64_t{0xD2} << 56;
 // one at once; a stopped one never does, and must not hold up the abort.
 constexpr auto notice_send_limit = std::chrono::milliseconds(100);
 
-// How long a wait sleeps before looking at the abort flag and the notices again.
+// Probes and their answers: one slot each, one message per ordered pair of ranks.
+constexpr std::uint64_t probe_slot = std::uint64_t{0xD3} << 56;
+constexpr std::uint64_t answer_slot = std::uint64_t{0xD4} << 56;
+
+// How long a wait sleeps before looking at the abort flag, the notices and the probes again.
 constexpr auto abort_poll = std::chrono::milliseconds(50);
+// How long a timed-out wait waits for the answer to a probe. A peer inside a wait answers within
+// one sleep (abort_poll) once the scheduler runs it, one probing a peer itself within probe_nap
+// (measured with 4 ranks on the 2-core VM, rank 1 stopped inside a ring or tree allreduce: every
+// answer within 0.1-5.3 ms); a stopped one never does, so this is what a stopped rank adds to
+// the time to the first error (fault tests: 10.0 -> 10.3 s with DISTCOMM_TIMEOUT=10).
+constexpr auto probe_limit = std::chrono::milliseconds(250);
+// How often a rank waiting for an answer looks at the notices and answers probes itself.
+constexpr auto probe_nap = std::chrono::milliseconds(5);
 // How long teardown waits for detached sends nobody has taken (gloo_state::~gloo_state).
 constexpr auto notice_linger = std::chrono::milliseconds(100);
 
@@ -182,16 +199,26 @@ void gloo_state::post_notices() {
   notice_sent = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size));
   pair_closed = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size));
   closed.resize(static_cast<std::size_t>(size));
+  probes_in.resize(static_cast<std::size_t>(size));
+  probes_out.resize(static_cast<std::size_t>(size));
+  answers_in.resize(static_cast<std::size_t>(size));
+  answers_out.resize(static_cast<std::size_t>(size));
+  probed = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size));
+  answered = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     gloo_notice& n = notices_in[static_cast<std::size_t>(p)];
+    gloo_probe& q = probes_in[static_cast<std::size_t>(p)];
     try {
       n.buffer = std::make_unique<tracked_buffer>(transport, n.text.data(), n.text.size());
       n.buffer->recv(p, notice_slot, 0, n.text.size());
+      q.buffer = std::make_unique<tracked_buffer>(transport, &q.word, sizeof q.word);
+      q.buffer->recv(p, probe_slot, 0, sizeof q.word);
     } catch (const gloo::IoException&) {
       // The peer has closed its side already (a backend built and dropped unused): no notice
-      // can come from it, and any operation with it fails on its own.
+      // or probe can come from it, and any operation with it fails on its own.
       n.buffer.reset();
+      q.buffer.reset();
     }
   }
 }
@@ -262,6 +289,11 @@ void gloo_state::rethrow_transport(const gloo_op& op) {
     // A peer that aborted sent its reason before closing; gloo reads it before the close.
     throw_if_peer_aborted(op, op.peer);
     throw_if_closed(op);
+    // Another rank that gave up earlier knew more: a stopped peer that the launcher ends once a
+    // survivor has failed closes its connections, but was not killed first (measured: rank 0
+    // waiting on a stopped rank 1 reported it as "killed or crashed" 13 ms after rank 2's
+    // notice that rank 1 did not start the collective had arrived).
+    throw_if_peer_aborted(op);
     throw peer_lost_error("gloo: " + what + " failed on rank " + std::to_string(rank) + ": rank " +
                           std::to_string(op.peer) +
                           " closed the connection without an abort notice: it exited, was "
@@ -338,6 +370,86 @@ bool gloo_state::released(gloo_op& op) {
     return true;  // gloo failed the connection, and closed it
   }
   return connections_closed.load() || pair_closed[static_cast<std::size_t>(op.peer)].load();
+}
+
+// ---- probes ------------------------------------------------------------------------------------
+
+void gloo_state::answer_probes(const gloo_op& op) noexcept {
+  for (int p = 0; p < static_cast<int>(probes_in.size()); ++p) {
+    const gloo_probe& q = probes_in[static_cast<std::size_t>(p)];
+    if (!q.buffer || !q.buffer->arrived(false)) continue;
+    if (answered[static_cast<std::size_t>(p)].exchange(true)) continue;
+    gloo_answer& a = answers_out[static_cast<std::size_t>(p)];
+    a.info.peer = op.peer;
+    a.info.tag = op.tag;
+    a.info.bytes = op.bytes;
+    a.info.send = op.send ? 1 : 0;
+    a.info.waited = seconds_since(op.posted);
+    try {
+      const sigpipe_guard no_sigpipe;
+      a.buffer = std::make_unique<tracked_buffer>(transport, &a.info, sizeof a.info);
+      a.buffer->send(p, answer_slot, 0, sizeof a.info);  // its receive is posted: no wait
+    } catch (...) {
+      // That connection is gone: nobody to answer.
+    }
+  }
+}
+
+bool gloo_state::probe(const gloo_op& op, int peer, gloo_wait_info& answer) {
+  gloo_answer& a = answers_in[static_cast<std::size_t>(peer)];
+  if (!probed[static_cast<std::size_t>(peer)].exchange(true)) {
+    gloo_probe& q = probes_out[static_cast<std::size_t>(peer)];
+    try {
+      const sigpipe_guard no_sigpipe;
+      a.buffer = std::make_unique<tracked_buffer>(transport, &a.info, sizeof a.info);
+      a.buffer->recv(peer, answer_slot, 0, sizeof a.info);  // before the probe it answers
+      q.buffer = std::make_unique<tracked_buffer>(transport, &q.word, sizeof q.word);
+      q.buffer->send(peer, probe_slot, 0, sizeof q.word);
+    } catch (...) {
+      return false;  // the connection is gone: the wait on that peer fails on its own
+    }
+  }
+  // Probed once already (an earlier wait that timed out): its answer then, if it gave one.
+  if (!a.buffer) return false;
+  const auto until = clock::now() + probe_limit;
+  for (;;) {
+    try {
+      if (a.buffer->wait_until(false, std::min(until, clock::now() + probe_nap))) {
+        answer = a.info;
+        return true;
+      }
+    } catch (...) {
+      return false;  // the connection failed
+    }
+    throw_if_peer_aborted(op);
+    answer_probes(op);
+    if (clock::now() >= until) return false;
+  }
+}
+
+std::string gloo_state::trace(const gloo_op& op) {
+  std::vector<int> seen{rank};
+  std::string chain;
+  int at = op.peer;
+  gloo_wait_info w;
+  while (probe(op, at, w)) {
+    chain += (seen.size() == 1
+                  ? "rank " + std::to_string(at) + " is waiting (" + one_decimal(w.waited) +
+                        " s so far) for a "
+                  : ", rank " + std::to_string(at) + " (" + one_decimal(w.waited) + " s) for a ") +
+             describe(w.send != 0, w.peer, w.tag, w.bytes);
+    seen.push_back(at);
+    at = w.peer;
+    if (at < 0 || at >= size) return chain;
+    if (std::find(seen.begin(), seen.end(), at) != seen.end()) {
+      return chain +
+             ": these ranks wait for each other in a cycle (do they call the same "
+             "collectives in the same order?)";
+    }
+  }
+  const std::string maybe = " may be stopped, slow or dead (raise DISTCOMM_TIMEOUT if slow)";
+  if (chain.empty()) return "rank " + std::to_string(at) + maybe;
+  return chain + "; rank " + std::to_string(at) + " does not answer: it" + maybe;
 }
 
 // ---- point-to-point ---------------------------------------------------------------------------
@@ -585,15 +697,18 @@ void gloo_state::wait(gloo_op& op, deadline until) {
   for (bool waited = false;; waited = true) {
     if (poll(op)) return;
     try {
-      // Only once this wait has slept: the notices are one lock per peer.
-      if (waited) throw_if_peer_aborted(op);
+      // Only once this wait has slept: the notices and the probes are one lock per peer.
+      if (waited) {
+        throw_if_peer_aborted(op);
+        answer_probes(op);
+      }
       const auto now = clock::now();
       if (now >= until) {
         throw_if_peer_aborted(op);
+        const std::string why = trace(op);
+        if (poll(op)) return;  // it completed while the peers answered
         throw timeout_error("gloo: " + describe(op.send, op.peer, op.tag, op.bytes) + " on rank " +
-                            std::to_string(rank) + " did not complete before its deadline; rank " +
-                            std::to_string(op.peer) +
-                            " may be stopped, slow or dead (raise DISTCOMM_TIMEOUT if slow)");
+                            std::to_string(rank) + " did not complete before its deadline; " + why);
       }
       const auto slice = std::min<clock::time_point>(until, now + nap);
       nap = std::min<clock::duration>(2 * nap, abort_poll);

@@ -116,6 +116,28 @@ struct gloo_notice {
   std::unique_ptr<tracked_buffer> buffer;
 };
 
+// What a rank waits for, as it answers a peer's probe: a peer whose wait on it timed out asks,
+// so that its message can name the rank at the end of the chain of waits (gloo_state::trace).
+// Both sides run the same build: the layout is shared as is.
+struct gloo_wait_info {
+  std::int32_t peer = -1;
+  std::uint32_t tag = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t send = 0;
+  std::uint32_t unused = 0;
+  double waited = 0;  // seconds
+};
+
+// One probe, received from a peer or sent to one (it carries nothing), or one answer.
+struct gloo_probe {
+  std::uint64_t word = 0;
+  std::unique_ptr<tracked_buffer> buffer;
+};
+struct gloo_answer {
+  gloo_wait_info info;
+  std::unique_ptr<tracked_buffer> buffer;
+};
+
 // Blocks SIGPIPE in this thread for its lifetime; one that a write to a lost peer raised meanwhile
 // is discarded (unless one was pending already), so the write fails with EPIPE instead of killing
 // the process. The process's own SIGPIPE disposition is left alone.
@@ -162,6 +184,14 @@ struct gloo_state {
   std::vector<gloo_notice> notices_in;   // by peer; posted receives (this rank's entry unused)
   std::vector<gloo_notice> notices_out;  // by peer; gloo may still be writing them
   std::unique_ptr<std::atomic<bool>[]> notice_sent;  // by peer: notices_out[p] is taken
+  // Probes: one per ordered pair of ranks in the backend's life, so no receive is posted after
+  // the start but the answer to this rank's own probe (see the top of gloo_p2p.cpp).
+  std::vector<gloo_probe> probes_in;                 // by peer; posted receives
+  std::vector<gloo_probe> probes_out;                // by peer; sent
+  std::vector<gloo_answer> answers_in;               // by peer; posted when probing it
+  std::vector<gloo_answer> answers_out;              // by peer; gloo may still be writing them
+  std::unique_ptr<std::atomic<bool>[]> probed;       // by peer: probes_out[p] is taken
+  std::unique_ptr<std::atomic<bool>[]> answered;     // by peer: answers_out[p] is taken
   std::unique_ptr<std::atomic<bool>[]> pair_closed;  // by peer: close_peer() closed it
   std::atomic<bool> connections_closed{false};       // abort() closed every connection
   std::shared_ptr<exposed_context> context;
@@ -196,6 +226,16 @@ struct gloo_state {
   // True when gloo no longer touches op's memory: its transfers ended, or their connection is
   // closed.
   bool released(gloo_op& op);
+
+  // ---- probes ----
+  // Tells each peer whose probe arrived that this rank waits for `op`.
+  void answer_probes(const gloo_op& op) noexcept;
+  // Asks `peer` what it waits for; false when it does not answer within probe_limit. Meanwhile
+  // answers other peers' probes and throws peer_lost_error when a peer's abort notice arrives.
+  bool probe(const gloo_op& op, int peer, gloo_wait_info& answer);
+  // Why op, which passed its deadline, did not complete: the rank it waits for is stopped, slow
+  // or dead, or waits itself for another (and so on): names the rank at the end of the chain.
+  std::string trace(const gloo_op& op);
 
   // ---- point-to-point ----
   // Null for a small send: complete at once.
