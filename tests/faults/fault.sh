@@ -1,31 +1,33 @@
 #!/bin/sh
-# One failure scenario: distcomm-test-fault with 3 ranks under distcomm-run (gloo, ucx) or mpirun
-# (mpi), DISTCOMM_TIMEOUT=10; rank 1 sends itself SIGKILL or SIGSTOP after 20 allreduces of 2 MiB.
-# Passes when
+# One failure scenario: distcomm-test-fault with 3 ranks (--np) under distcomm-run (gloo, ucx) or
+# mpirun (mpi), DISTCOMM_TIMEOUT=10; rank 1 sends itself SIGKILL or SIGSTOP after 20 allreduces of
+# 2 MiB (with --during MS: MS ms into the 21st, from a second thread). Passes when
 #   - the job ends by itself (the outer `timeout -s KILL` guard did not fire), non-zero, within
 #     the deadline plus 5 s of the fault (the survivors return from main: with mpi, a survivor
 #     stuck in MPI_Finalize waiting for the stopped rank fails this);
 #   - each survivor printed its peer_lost_error or timeout_error line within the deadline plus
-#     some slack of the fault; after SIGSTOP, or with --check-names, the line names rank 1.
+#     some slack of the fault; after SIGSTOP, or with --check-names, every such line names
+#     rank 1 (a survivor that blames only a healthy rank fails the test).
 #     Under mpirun, Open MPI's policy (abort the job when a rank dies or exits non-zero) may end
 #     survivors before they report: accepted when mpirun says so, but after SIGSTOP at least one
 #     survivor must have reported; a survivor's next allreduce then fails at once;
 #   - no process of the job is left (a victim still stopped is killed, and the test fails).
-# usage: fault.sh --backend B --signal KILL|STOP --program PATH [--strategy S] [--check-names]
-#                 (--distcomm-run PATH | --mpiexec PATH [--np-flag FLAG])
+# usage: fault.sh --backend B --signal KILL|STOP --program PATH [--strategy S] [--np N]
+#                 [--during MS] [--check-names] (--distcomm-run PATH | --mpiexec PATH [--np-flag F])
 set -u
 
 usage() {
-  echo "usage: fault.sh --backend B --signal KILL|STOP --program PATH [--strategy S]" \
-       "[--check-names] (--distcomm-run PATH | --mpiexec PATH [--np-flag FLAG])" >&2
+  echo "usage: fault.sh --backend B --signal KILL|STOP --program PATH [--strategy S] [--np N]" \
+       "[--during MS] [--check-names] (--distcomm-run PATH | --mpiexec PATH [--np-flag F])" >&2
   exit 2
 }
-backend='' signal='' program='' distcomm_run='' mpiexec='' np_flag=-n strategy=ring
-check_names=''
+backend='' signal='' program='' distcomm_run='' mpiexec='' np_flag=-n strategy=ring np=3
+check_names='' during=''
 while [ $# -gt 0 ]; do
   case $1 in
     --check-names) check_names=1; shift; continue ;;
-    --backend | --signal | --program | --strategy | --distcomm-run | --mpiexec | --np-flag)
+    --backend | --signal | --program | --strategy | --np | --during | --distcomm-run | --mpiexec | \
+      --np-flag)
       [ $# -ge 2 ] || usage ;;
     *) usage ;;
   esac
@@ -34,6 +36,8 @@ while [ $# -gt 0 ]; do
     --signal) signal=$2 ;;
     --program) program=$2 ;;
     --strategy) strategy=$2 ;;
+    --np) np=$2 ;;
+    --during) during=$2 ;;
     --distcomm-run) distcomm_run=$2 ;;
     --mpiexec) mpiexec=$2 ;;
     --np-flag) np_flag=$2 ;;
@@ -50,7 +54,8 @@ slack=4      # on top of the deadline, for a loaded 2-core machine
 grace=20     # distcomm-run --grace: longer than deadline + slack, so survivors can report
 guard=90     # only a hung job gets this far
 victim=1
-survivors='0 2'
+survivors=$(awk -v n="$np" -v v=$victim \
+  'BEGIN { for (r = 0; r < n; r++) if (r != v) printf "%d ", r }')
 
 # The job's processes are found by this private path (pgrep -f), so that fault tests of other
 # backends running at the same time are not mistaken for leftovers of this one.
@@ -74,13 +79,14 @@ le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 [ "$signal" = STOP ] && check_names=1
 set -- --backend "$backend" --strategy "$strategy" --victim $victim --signal "$signal" --after 20 \
   --mib 2 --ignore-sigterm
+[ -n "$during" ] && set -- "$@" --during "$during"
 start=$(now)
 if [ -n "$mpiexec" ]; then
   DISTCOMM_TIMEOUT=$deadline timeout -s KILL $guard "$mpiexec" --allow-run-as-root \
     --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
-    "$np_flag" 3 "$exe" "$@" >"$log" 2>&1
+    "$np_flag" "$np" "$exe" "$@" >"$log" 2>&1
 else
-  DISTCOMM_TIMEOUT=$deadline timeout -s KILL $guard "$distcomm_run" -np 3 --grace $grace \
+  DISTCOMM_TIMEOUT=$deadline timeout -s KILL $guard "$distcomm_run" -np "$np" --grace $grace \
     "$exe" "$@" >"$log" 2>&1
 fi
 rc=$?

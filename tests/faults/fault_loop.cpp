@@ -1,5 +1,6 @@
 // distcomm-test-fault: every rank runs allreduce in a loop; after --after iterations the --victim
-// rank sends --signal (KILL or STOP) to itself. The survivors must notice within DISTCOMM_TIMEOUT:
+// rank sends --signal (KILL or STOP) to itself (with --during MS, from a second thread MS ms into
+// that allreduce). The survivors must notice within DISTCOMM_TIMEOUT:
 // each prints one line, e.g.
 //   rank 0: timeout_error after 10.0 s in allreduce 21 (at 1718000000.123): <what()>
 // then one saying how the next allreduce on the now unusable communicator failed, and exits with
@@ -7,10 +8,13 @@
 //   distcomm-run -np 3 distcomm-test-fault --backend gloo --victim 1 --signal STOP
 //   mpirun -n 3 distcomm-test-fault --backend mpi --victim 1 --signal KILL
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +49,7 @@ struct options {
   int victim = 1;
   std::string signal = "KILL";
   int after = 20;
+  double during_ms = -1;  // >= 0: signal from a second thread this long into allreduce `after`
   int iterations = 100000;
   double mib = 2.0;
   bool ignore_sigterm = false;
@@ -77,6 +82,63 @@ double seconds_since(dc::clock::time_point start) {
   return std::chrono::duration<double>(dc::clock::now() - start).count();
 }
 
+// --during: the victim's signal comes from this thread, `o.during_ms` after its main thread
+// entered allreduce `o.after`, so that the fault lands inside a collective (its data phase for a
+// buffer of a few MiB) rather than between two.
+class signal_during {
+ public:
+  signal_during(const options& o, int rank, int sig) {
+    if (o.during_ms < 0 || rank != o.victim) return;
+    thread_ = std::thread([this, &o, rank, sig] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      entered_.wait(lock, [&] { return in_call_ || done_; });
+      if (done_) return;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.during_ms));
+      lock.lock();
+      const char* where = returned_ ? "after it returned" : "inside it";
+      lock.unlock();
+      std::fprintf(stderr,
+                   "rank %d: sending SIG%s to itself %.1f ms into allreduce %d, %s (at %.3f)\n",
+                   rank, o.signal.c_str(), o.during_ms, o.after, where, wall_now());
+      std::fflush(stderr);
+      std::raise(sig);
+    });
+  }
+  ~signal_during() {
+    if (!thread_.joinable()) return;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    entered_.notify_one();
+    thread_.join();
+  }
+  signal_during(const signal_during&) = delete;
+  signal_during& operator=(const signal_during&) = delete;
+
+  bool active() const { return thread_.joinable(); }
+  void entering() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      in_call_ = true;
+    }
+    entered_.notify_one();
+  }
+  void returned() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    returned_ = true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable entered_;
+  bool in_call_ = false;
+  bool returned_ = false;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 template <class Comm>
 int loop(Comm& comm, const options& o) {
   const int rank = comm.rank();
@@ -85,16 +147,20 @@ int loop(Comm& comm, const options& o) {
   const std::vector<float> in(count, 1.0f);
   std::vector<float> out(count);
   const int sig = o.signal == "STOP" ? SIGSTOP : SIGKILL;
+  signal_during during(o, rank, sig);
   for (int i = 0; i < o.iterations; ++i) {
-    if (i == o.after && rank == o.victim) {
+    const bool fault_now = i == o.after && rank == o.victim;
+    if (fault_now && !during.active()) {
       std::fprintf(stderr, "rank %d: sending SIG%s to itself after %d allreduces (at %.3f)\n", rank,
                    o.signal.c_str(), i, wall_now());
       std::fflush(stderr);
       std::raise(sig);
     }
+    if (fault_now) during.entering();
     auto start = dc::clock::now();
     try {
       comm.allreduce(dc::view(in), dc::view(out));
+      if (fault_now) during.returned();
     } catch (const std::exception& e) {
       const error_kind kind = kind_of(e);
       std::fprintf(stderr, "rank %d: %s after %.1f s in allreduce %d (at %.3f): %s\n", rank,
@@ -174,6 +240,10 @@ int main(int argc, char** argv) {
   app.add_option("--signal", o.signal, "Signal the victim sends itself")
       ->check(CLI::IsMember({"KILL", "STOP"}));
   app.add_option("--after", o.after, "Allreduces before the signal")->check(CLI::NonNegativeNumber);
+  app.add_option("--during", o.during_ms,
+                 "Send the signal from a second thread this many ms into allreduce number --after "
+                 "instead of before it (inside the collective)")
+      ->check(CLI::Range(0.0, 60000.0));
   app.add_option("--iterations", o.iterations, "Allreduces in all")->check(CLI::PositiveNumber);
   app.add_option("--mib", o.mib, "Buffer size in MiB (f32)")->check(CLI::Range(0.001, 1024.0));
   app.add_flag("--ignore-sigterm", o.ignore_sigterm,
