@@ -97,12 +97,18 @@ class call_check {
       try {
         if (receive(b, k, from, round_deadline(until, stagger, k))) gone.push_back(from);
       } catch (const timeout_error& e) {
-        // Say what a rank that does not answer before a collective may be doing.
+        // Say what a rank that does not answer before a collective may be doing. After round 0
+        // it may be here and waiting itself, on the ranks it hears from first (on a backend
+        // whose abort says nothing, MPI, nobody tells this rank which).
+        const std::string first = earlier_sources(r, from, k, p);
         throw timeout_error(std::string(what) + ": rank " + std::to_string(from) +
                             " did not start the " + ordinal(mine.seq + 1) +
-                            " collective of this communicator before the deadline: it may be "
-                            "stopped or slow, or have left the job (exited, or destroyed its "
-                            "communicator after fewer collectives): " +
+                            " collective of this communicator before the deadline" +
+                            (first.empty() ? std::string(": it")
+                                           : ", or started it and waits in it for " + first +
+                                                 " (whom it hears from first): one of them") +
+                            " may be stopped or slow, or have left the job (exited, or destroyed "
+                            "its communicator after fewer collectives): " +
                             e.what());
       }
       if (late < 0 && clock::now() > until) {
@@ -200,6 +206,20 @@ class call_check {
   static clock::duration round_stagger(deadline until) {
     const clock::duration left = until - std::min(until, clock::now());
     return std::min<clock::duration>(std::chrono::seconds(1), left / 10);
+  }
+
+  // The ranks `from` receives from in the rounds before k, other than `r`: "rank 1", "rank 5 or
+  // rank 6", or empty.
+  static std::string earlier_sources(int r, int from, std::size_t k, int p) {
+    std::string list;
+    std::vector<int> seen{r};
+    for (std::size_t j = 0; j < k; ++j) {
+      const int s = ((from - (1 << j)) % p + p) % p;
+      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+      seen.push_back(s);
+      list += (list.empty() ? "rank " : " or rank ") + std::to_string(s);
+    }
+    return list;
   }
 
   static std::string seconds(clock::duration d) {
