@@ -222,7 +222,10 @@ class communicator {
     try {
       check_.agree(backend_, fp, what, until);
     } catch (const mismatch_error& e) {
-      if (check_.peer_left()) fail(what, e);
+      // A departure: unusable from now on, but nothing to abort. The ranks still here learn it
+      // from the same exchange, and an abort could close a connection before this rank's last
+      // message of the exchange left.
+      if (check_.peer_left()) fail(what, e, /*abort=*/false);
       throw;
     } catch (const std::exception& e) {
       fail(what, e);
@@ -240,10 +243,12 @@ class communicator {
 
   // Called while `e` is being handled: remembers it as the first failure and aborts the backend,
   // so the other ranks' waits end at once.
-  void fail(const char* what, const std::exception& e) {
-    failure_ = std::string(what) + ": " + e.what();
+  void fail(const char* what, const std::exception& e, bool abort = true) {
+    const std::string prefix = std::string(what) + ": ";
+    const std::string text = e.what();
+    failure_ = text.compare(0, prefix.size(), prefix) == 0 ? text : prefix + text;
     first_failure_ = std::current_exception();
-    backend_.abort(failure_);
+    if (abort) backend_.abort(failure_);
   }
 
   // Throws `message` as the kind of the first failure, so that code catching timeout_error or

@@ -83,11 +83,25 @@ class call_check {
     request first;
     std::vector<request> more;
     std::vector<int> gone;  // peers whose notice this rank received itself
-    int late = -1;          // the first peer whose message came after `until`
+    std::exception_ptr send_failure;
+    int late = -1;  // the first peer whose message came after `until`
     clock::duration late_by{};
     for (std::size_t k = 0; k < rounds; ++k) {
       sent_[k] = state;
-      auto sr = b.isend(&sent_[k], sizeof(agreement), (r + (1 << k)) % p, tag_agree);
+      const int to = (r + (1 << k)) % p;
+      request sr;
+      // Nothing is sent to a rank known to have left (its connection may be closed already);
+      // a send that fails because its peer is gone counts only if no departure explains it.
+      const bool to_gone =
+          std::find(gone.begin(), gone.end(), to) != gone.end() ||
+          (state.hi.kind == static_cast<std::uint32_t>(call_kind::left) && state.hi.rank == to);
+      if (!to_gone) {
+        try {
+          sr = b.isend(&sent_[k], sizeof(agreement), to, tag_agree);
+        } catch (const peer_lost_error&) {
+          if (!send_failure) send_failure = std::current_exception();
+        }
+      }
       if (k == 0) {
         first = std::move(sr);
       } else {
@@ -119,6 +133,7 @@ class call_check {
     }
     peer_left_ = state.hi.kind == static_cast<std::uint32_t>(call_kind::left);
     if (peer_left_) gone.push_back(state.hi.rank);
+    if (send_failure && !peer_left_) std::rethrow_exception(send_failure);
     // A round that ended in its stagger: the collective is past its deadline already, and the
     // data would fail on the first wait, naming whichever peer it waits for. The late rank (a
     // stopped rank that a launcher continued as it ended the job, under mpirun) is named instead.
