@@ -326,6 +326,12 @@ tcp_store::tcp_store(std::unique_ptr<tcp_store_server> server, std::string host,
   server_ = std::move(server);
 }
 
+namespace {
+// How long a store whose job failed still serves connected ranks at exit: far longer than a
+// healthy rank takes to read a reply, far shorter than a user waits for a failed job to end.
+constexpr auto failed_linger = std::chrono::milliseconds(250);
+}  // namespace
+
 tcp_store::~tcp_store() {
   // Unwinding means this rank is failing: no rank can count on the store any more.
   const bool failed = impl_->job_failed.load() || std::uncaught_exceptions() > 0;
@@ -333,7 +339,13 @@ tcp_store::~tcp_store() {
   if (!server_) return;
   if (failed) {
     // After a failure some rank may be stopped or hung and never disconnect: serving on would
-    // only keep this process alive (up to 30 s) after it has reported its error.
+    // only keep this process alive (up to 30 s) after it has reported its error. A short grace
+    // still lets the healthy ranks read their last replies (a barrier the failure did not
+    // concern, a rank timing out at the same deadline with its own message).
+    const auto grace = std::chrono::steady_clock::now() + failed_linger;
+    while (server_->connections() != 0 && std::chrono::steady_clock::now() < grace) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     if (server_->connections() != 0 && log_enabled(log_level::info)) {
       log(log_level::info, "tcp_store: the job failed; closing the store on port " +
                                std::to_string(server_->port()) + " with " +

@@ -84,7 +84,7 @@ class tcp_store final : public store {
             std::chrono::duration<double> timeout, std::string token);
   // Destroying a client that hosts the server keeps serving the other ranks until they have
   // disconnected, for at most min(timeout(), 30 s), so a rank still reading its last keys does
-  // not see the store vanish; not at all once mark_job_failed() was called, or while an
+  // not see the store vanish; for at most 0.25 s once mark_job_failed() was called, or while an
   // exception unwinds the stack (the job has failed, and a stopped or hung rank never
   // disconnects).
   ~tcp_store() override;
