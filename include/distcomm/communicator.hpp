@@ -47,21 +47,6 @@ struct strategy_name<S, std::void_t<decltype(S::name)>> {
   static constexpr const char* value = S::name;
 };
 
-// True until moved from: a moved-from communicator has no backend to say goodbye on.
-class live_flag {
- public:
-  live_flag() = default;
-  live_flag(live_flag&& o) noexcept : live_(o.live_) { o.live_ = false; }
-  live_flag& operator=(live_flag&& o) noexcept {
-    live_ = o.live_;
-    o.live_ = false;
-    return *this;
-  }
-  explicit operator bool() const noexcept { return live_; }
-
- private:
-  bool live_ = true;
-};
 }  // namespace detail
 
 template <class Backend, class Strategy = strategy::automatic, class Fusion = fusion::buffer>
@@ -89,7 +74,7 @@ class communicator {
   // Ranks that still call collectives on this communicator learn that this one left (a
   // mismatch_error naming it and how many collectives it made) instead of waiting for it.
   ~communicator() {
-    if (live_ && !first_failure_) check_.leave(backend_);
+    if (!first_failure_) check_.leave(backend_);
   }
 
   // The settings in use: the configuration given, with what it left to the backend filled in.
@@ -189,7 +174,7 @@ class communicator {
   // itself (no rank leaves it before every rank entered it): nothing more is sent.
   void barrier() {
     guarded("barrier", fingerprint(check::call_kind::barrier), [&](deadline until) {
-      if (!exchanges()) strategy_.barrier(backend_, until);
+      if (!check_.exchanges(size())) strategy_.barrier(backend_, until);
     });
   }
 
@@ -197,8 +182,6 @@ class communicator {
   std::uint64_t calls() const noexcept { return check_.calls(); }
 
  private:
-  bool exchanges() const noexcept { return check_.enabled() && size() > 1; }
-
   check::call_fingerprint fingerprint(check::call_kind kind, std::size_t count = 0,
                                       std::optional<dtype> t = {}, std::optional<reduce_op> op = {},
                                       int root = -1) const {
@@ -332,7 +315,6 @@ class communicator {
   Strategy strategy_;
   Fusion fusion_;
   check::call_check<Backend> check_;
-  detail::live_flag live_;
   std::string failure_;               // "<collective>: <what()>" of the first failure
   std::exception_ptr first_failure_;  // set with failure_; its type is rethrown
 };

@@ -1,6 +1,9 @@
 #include "distcomm/check/fingerprint.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <tuple>
+#include <vector>
 
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
@@ -134,6 +137,38 @@ std::string ordinal(std::uint64_t n) {
   return std::to_string(n) + suffix;
 }
 
+std::string not_started_message(const char* what, int from, std::uint64_t seq, int me,
+                                std::size_t round, int p, const std::string& transport) {
+  // After round 0 `from` may be here and waiting itself, on the ranks it hears from first (on a
+  // backend whose abort says nothing, MPI, nobody tells this rank which).
+  std::string first;
+  std::vector<int> seen{me};
+  for (std::size_t j = 0; j < round; ++j) {
+    const int s = ((from - (1 << j)) % p + p) % p;
+    if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+    seen.push_back(s);
+    first += (first.empty() ? "rank " : " or rank ") + std::to_string(s);
+  }
+  return std::string(what) + ": rank " + std::to_string(from) + " did not start the " +
+         ordinal(seq + 1) + " collective of this communicator before the deadline" +
+         (first.empty() ? std::string(": it")
+                        : ", or started it and waits in it for " + first +
+                              " (whom it hears from first): one of them") +
+         " may be stopped or slow, or have left the job (exited, or destroyed its communicator "
+         "after fewer collectives): " +
+         transport;
+}
+
+std::string late_start_message(const char* what, int rank, std::uint64_t seq, double late_s) {
+  char late[32];
+  std::snprintf(late, sizeof late, "%.2f", late_s);
+  return std::string(what) + ": rank " + std::to_string(rank) + " did not start the " +
+         ordinal(seq + 1) +
+         " collective of this communicator before the deadline: its message came " + late +
+         " s after it; rank " + std::to_string(rank) +
+         ", or a rank it waited for, was stopped or slow (raise DISTCOMM_TIMEOUT if slow)";
+}
+
 std::string describe_mismatch(const char* what, const agreement& a, const call_fingerprint& mine) {
   const call_fingerprint& lo = a.lo;
   const call_fingerprint& hi = a.hi;
@@ -142,7 +177,7 @@ std::string describe_mismatch(const char* what, const agreement& a, const call_f
   const std::string head =
       std::string(what) + ": ranks disagree on the call, before any data moved";
   const std::string fix = "; every rank must make the same collective calls in the same order";
-  if (hi.kind == static_cast<std::uint32_t>(call_kind::left)) {
+  if (is_left(hi)) {
     const std::string n = std::to_string(hi.seq);
     return std::string(what) + ": " + rank_name(hi) + " has left the job after " + n +
            " collective" + (hi.seq == 1 ? "" : "s") + " (its communicator was destroyed); " + me +

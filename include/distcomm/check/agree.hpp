@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <exception>
 #include <random>
 #include <string>
@@ -50,10 +49,34 @@ template <class B>
 class call_check {
  public:
   call_check(bool enabled, call_settings settings) : enabled_(enabled), settings_(settings) {}
-  call_check(call_check&&) noexcept = default;
-  call_check& operator=(call_check&&) noexcept = default;
+  // A moved-from call_check is disabled: its communicator has no backend left to exchange or
+  // say goodbye on.
+  call_check(call_check&& o) noexcept
+      : enabled_(std::exchange(o.enabled_, false)),
+        settings_(o.settings_),
+        seq_(o.seq_),
+        peer_left_(o.peer_left_),
+        nonce_(o.nonce_),
+        sent_(std::move(o.sent_)),
+        received_(std::move(o.received_)),
+        sources_(std::move(o.sources_)) {}
+  call_check& operator=(call_check&& o) noexcept {
+    if (this != &o) {
+      enabled_ = std::exchange(o.enabled_, false);
+      settings_ = o.settings_;
+      seq_ = o.seq_;
+      peer_left_ = o.peer_left_;
+      nonce_ = o.nonce_;
+      sent_ = std::move(o.sent_);
+      received_ = std::move(o.received_);
+      sources_ = std::move(o.sources_);
+    }
+    return *this;
+  }
 
   bool enabled() const noexcept { return enabled_; }
+  // Whether agree() exchanges anything in a world of `p` ranks.
+  bool exchanges(int p) const noexcept { return enabled_ && p > 1; }
   const call_settings& settings() const noexcept { return settings_; }
   // Collectives started so far on this communicator.
   std::uint64_t calls() const noexcept { return seq_; }
@@ -70,7 +93,7 @@ class call_check {
     mine.seq = seq_++;
     mine.rank = b.rank();
     const int p = b.size();
-    if (!enabled_ || p == 1) return false;
+    if (!exchanges(p)) return false;
     const int r = b.rank();
     std::size_t rounds = 0;
     for (int d = 1; d < p; d *= 2) ++rounds;
@@ -92,9 +115,8 @@ class call_check {
       request sr;
       // Nothing is sent to a rank known to have left (its connection may be closed already);
       // a send that fails because its peer is gone counts only if no departure explains it.
-      const bool to_gone =
-          std::find(gone.begin(), gone.end(), to) != gone.end() ||
-          (state.hi.kind == static_cast<std::uint32_t>(call_kind::left) && state.hi.rank == to);
+      const bool to_gone = std::find(gone.begin(), gone.end(), to) != gone.end() ||
+                           (is_left(state.hi) && state.hi.rank == to);
       if (!to_gone) {
         try {
           sr = b.isend(&sent_[k], sizeof(agreement), to, tag_agree);
@@ -111,19 +133,7 @@ class call_check {
       try {
         if (receive(b, k, from, round_deadline(until, stagger, k))) gone.push_back(from);
       } catch (const timeout_error& e) {
-        // Say what a rank that does not answer before a collective may be doing. After round 0
-        // it may be here and waiting itself, on the ranks it hears from first (on a backend
-        // whose abort says nothing, MPI, nobody tells this rank which).
-        const std::string first = earlier_sources(r, from, k, p);
-        throw timeout_error(std::string(what) + ": rank " + std::to_string(from) +
-                            " did not start the " + ordinal(mine.seq + 1) +
-                            " collective of this communicator before the deadline" +
-                            (first.empty() ? std::string(": it")
-                                           : ", or started it and waits in it for " + first +
-                                                 " (whom it hears from first): one of them") +
-                            " may be stopped or slow, or have left the job (exited, or destroyed "
-                            "its communicator after fewer collectives): " +
-                            e.what());
+        throw timeout_error(not_started_message(what, from, mine.seq, r, k, p, e.what()));
       }
       if (late < 0 && clock::now() > until) {
         late = from;
@@ -131,20 +141,15 @@ class call_check {
       }
       state.merge(received_[k]);
     }
-    peer_left_ = state.hi.kind == static_cast<std::uint32_t>(call_kind::left);
+    peer_left_ = is_left(state.hi);
     if (peer_left_) gone.push_back(state.hi.rank);
     if (send_failure && !peer_left_) std::rethrow_exception(send_failure);
     // A round that ended in its stagger: the collective is past its deadline already, and the
     // data would fail on the first wait, naming whichever peer it waits for. The late rank (a
     // stopped rank that a launcher continued as it ended the job, under mpirun) is named instead.
     if (late >= 0 && !peer_left_) {
-      throw timeout_error(std::string(what) + ": rank " + std::to_string(late) +
-                          " did not start the " + ordinal(mine.seq + 1) +
-                          " collective of this communicator before the deadline: its message "
-                          "came " +
-                          seconds(late_by) + " s after it; rank " + std::to_string(late) +
-                          ", or a rank it waited for, was stopped or slow (raise "
-                          "DISTCOMM_TIMEOUT if slow)");
+      throw timeout_error(
+          late_start_message(what, late, mine.seq, std::chrono::duration<double>(late_by).count()));
     }
     // Every send is waited for, so that the ranks still here finish the exchange, except those
     // to a rank that left: nobody takes them (destroying them cancels them). Another rank that
@@ -172,7 +177,7 @@ class call_check {
   // simply not told. A communicator that made no collective sends nothing (see receive()).
   void leave(B& b) noexcept {
     const int p = b.size();
-    if (!enabled_ || p == 1 || seq_ == 0) return;
+    if (!exchanges(p) || seq_ == 0) return;
     if constexpr (!distcomm::detail::unreceived_messages_ok<B>::value) return;
     try {
       call_fingerprint f;
@@ -223,26 +228,6 @@ class call_check {
     return std::min<clock::duration>(std::chrono::seconds(1), left / 10);
   }
 
-  // The ranks `from` receives from in the rounds before k, other than `r`: "rank 1", "rank 5 or
-  // rank 6", or empty.
-  static std::string earlier_sources(int r, int from, std::size_t k, int p) {
-    std::string list;
-    std::vector<int> seen{r};
-    for (std::size_t j = 0; j < k; ++j) {
-      const int s = ((from - (1 << j)) % p + p) % p;
-      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
-      seen.push_back(s);
-      list += (list.empty() ? "rank " : " or rank ") + std::to_string(s);
-    }
-    return list;
-  }
-
-  static std::string seconds(clock::duration d) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f", std::chrono::duration<double>(d).count());
-    return text;
-  }
-
   static deadline round_deadline(deadline until, clock::duration stagger, std::size_t k) {
     const clock::duration extra = stagger * static_cast<clock::duration::rep>(k);
     return until > deadline::max() - extra ? deadline::max() : until + extra;
@@ -257,7 +242,7 @@ class call_check {
     for (;;) {
       b.irecv(&received_[k], sizeof(agreement), from, tag_agree).wait(until);
       const agreement& in = received_[k];
-      if (in.lo.kind != static_cast<std::uint32_t>(call_kind::left)) {
+      if (!is_left(in.lo)) {
         sources_[k] = in.sender;
         return false;
       }
@@ -272,7 +257,7 @@ class call_check {
     return n == 0 ? 1 : n;
   }
 
-  bool enabled_;
+  bool enabled_ = false;
   call_settings settings_;
   std::uint64_t seq_ = 0;
   bool peer_left_ = false;

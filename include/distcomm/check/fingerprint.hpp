@@ -84,6 +84,20 @@ struct agreement {
 // both values, what to do; `what` names the collective, `mine` is this rank's fingerprint.
 std::string describe_mismatch(const char* what, const agreement& a, const call_fingerprint& mine);
 
+// The notice of a communicator that was destroyed (call_kind::left).
+inline bool is_left(const call_fingerprint& f) noexcept {
+  return f.kind == static_cast<std::uint32_t>(call_kind::left);
+}
+
+// The timeout_error of an exchange whose round `round` heard nothing from `from` (this rank is
+// `me` of `p`; `seq` the collective's sequence number): what that rank may be doing, and after
+// round 0 which ranks it may be waiting for itself; `transport` is the backend's message.
+std::string not_started_message(const char* what, int from, std::uint64_t seq, int me,
+                                std::size_t round, int p, const std::string& transport);
+// The timeout_error of an exchange that ended after its deadline because `rank`'s message came
+// `late_s` seconds late.
+std::string late_start_message(const char* what, int rank, std::uint64_t seq, double late_s);
+
 // "1st", "2nd", "3rd", "4th", ..., "11th", "21st".
 std::string ordinal(std::uint64_t n);
 
