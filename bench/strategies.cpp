@@ -24,8 +24,8 @@ struct options {
   std::string min_bytes = "8";
   std::string max_bytes = "64M";
   int repeats = 5;
-  double min_time = 0.05;  // seconds per measurement
-  std::vector<std::string> strategies = {"ring", "tree", "ps", "native"};
+  double min_time = 0.05;               // seconds per measurement
+  std::vector<std::string> strategies;  // empty: every registered one but auto
   bool deterministic = false;
 };
 
@@ -62,13 +62,10 @@ double time_allreduce(int p, std::size_t bytes, double min_time, bool determinis
 }
 
 double time_strategy(const std::string& s, int p, std::size_t bytes, const options& o) {
-  namespace st = dc::strategy;
-  if (s == "ring") return time_allreduce<st::ring>(p, bytes, o.min_time, o.deterministic);
-  if (s == "tree") return time_allreduce<st::tree>(p, bytes, o.min_time, o.deterministic);
-  if (s == "ps") return time_allreduce<st::parameter_server>(p, bytes, o.min_time, o.deterministic);
-  if (s == "native") return time_allreduce<st::native>(p, bytes, o.min_time, o.deterministic);
-  if (s == "auto") return time_allreduce<st::automatic>(p, bytes, o.min_time, o.deterministic);
-  throw dc::invalid_argument_error("unknown strategy '" + s + "' (ring, tree, ps, native, auto)");
+  return dc::visit_strategy<dc::local_backend>(s, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    return time_allreduce<S>(p, bytes, o.min_time, o.deterministic);
+  });
 }
 
 }  // namespace
@@ -81,11 +78,18 @@ int main(int argc, char** argv) {
   app.add_option("--max-bytes", o.max_bytes, "Largest buffer");
   app.add_option("--repeats", o.repeats, "Measurements per cell (median reported)");
   app.add_option("--min-time", o.min_time, "Seconds per measurement");
-  app.add_option("--strategies", o.strategies, "Strategies: ring, tree, ps, native, auto")
+  app.add_option("--strategies", o.strategies,
+                 "Strategies (default: all but auto): " + dc::join_names(dc::strategies()))
       ->delimiter(',');
   app.add_flag("--deterministic", o.deterministic, "Run with DISTCOMM_DETERMINISTIC semantics");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (o.strategies.empty()) {
+      for (const dc::strategy_info& s : dc::strategies()) {
+        if (std::string(s.name) != "auto") o.strategies.emplace_back(s.name);
+      }
+    }
+    for (std::string& s : o.strategies) s = dc::find_strategy(s).name;
     const std::size_t lo = dc::parse_bytes(o.min_bytes, "--min-bytes");
     const std::size_t hi = dc::parse_bytes(o.max_bytes, "--max-bytes");
     std::printf("# median us per f32 sum allreduce, local backend, %d repeats%s\n", o.repeats,

@@ -15,8 +15,9 @@ set(DISTCOMM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/DistComm"
 mark_as_advanced(DISTCOMM_INSTALL_CMAKEDIR)
 
 # Every component DistComm knows of; a component is built when its target distcomm_<name> exists.
-# core always is; the backends are added conditionally by their own CMakeLists.
-set(DISTCOMM_KNOWN_COMPONENTS core local mpi gloo ucx nccl)
+# core always is; the backends are added conditionally by their own CMakeLists; init (the
+# registries and distcomm::init()) links every backend that was built.
+set(DISTCOMM_KNOWN_COMPONENTS core local ${DISTCOMM_OPTIONAL_BACKENDS} init)
 
 set(DISTCOMM_BUILT_COMPONENTS "")
 set(_distcomm_install_targets "")
@@ -47,6 +48,9 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/"
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
         COMPONENT DistComm_Development
         FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+install(FILES "${PROJECT_BINARY_DIR}/include/distcomm/backends/built.hpp"
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/distcomm/backends"
+        COMPONENT DistComm_Development)
 foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
   set(_dir "${PROJECT_SOURCE_DIR}/backends/${_comp}/include")
   if(IS_DIRECTORY "${_dir}")

@@ -34,12 +34,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/partition.hpp"
 #include "distcomm/fusion/buffer.hpp"
-#include "distcomm/strategy/automatic.hpp"
-#include "distcomm/strategy/native.hpp"
-#include "distcomm/strategy/parameter_server.hpp"
-#include "distcomm/strategy/recursive_doubling.hpp"
-#include "distcomm/strategy/ring.hpp"
-#include "distcomm/strategy/tree.hpp"
+#include "distcomm/registry/strategies.hpp"
 #include "options.hpp"
 #include "peer.hpp"
 #include "report.hpp"
@@ -477,44 +472,21 @@ class runner {
   int errors_ = 0;
 };
 
-[[noreturn]] inline void no_native(const char* backend) {
-  throw invalid_argument_error(std::string("--strategy native: backend '") + backend +
-                               "' has no native collectives; use ring, tree, ps or auto");
-}
-
 // The usage errors that depend on the backend or on how the job was started, raised before the
 // backend connects anything.
 template <class Backend>
 void precheck(const options& o, const peer_world& w) {
-  if (o.strategy == strategy_kind::native && !has_native_allreduce_v<Backend>) {
-    no_native(Backend::name);
-  }
+  visit_strategy<Backend>(o.strategy, [](auto) {});  // a strategy that does not run on Backend
   if (!o.peer.empty()) check_peer(o.peer, w);
 }
 
 // Runs the benchmark on this rank with the strategy the options name.
 template <class Backend>
 int run(Backend backend, const options& o, const process_env& env) {
-  namespace st = strategy;
-  switch (o.strategy) {
-    case strategy_kind::ring:
-      return runner<communicator<Backend, st::ring>>(std::move(backend), o, env).run();
-    case strategy_kind::tree:
-      return runner<communicator<Backend, st::tree>>(std::move(backend), o, env).run();
-    case strategy_kind::ps:
-      return runner<communicator<Backend, st::parameter_server>>(std::move(backend), o, env).run();
-    case strategy_kind::rd:
-      return runner<communicator<Backend, st::recursive_doubling>>(std::move(backend), o, env).run();
-    case strategy_kind::native:
-      if constexpr (has_native_allreduce_v<Backend>) {
-        return runner<communicator<Backend, st::native>>(std::move(backend), o, env).run();
-      } else {
-        no_native(Backend::name);
-      }
-    case strategy_kind::automatic:
-      break;
-  }
-  return runner<communicator<Backend, st::automatic>>(std::move(backend), o, env).run();
+  return visit_strategy<Backend>(o.strategy, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    return runner<communicator<Backend, S>>(std::move(backend), o, env).run();
+  });
 }
 
 // main()'s frame: a usage error (invalid_argument_error) exits 2, any other failure 1.

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   return db::guarded_main(program, [&] {
     // Without mpirun, MPI_Init gives each process a world of its own: refuse before that.
     const dc::world_info w = dc::detect_world();
-    if (w.size > 1 && !db::started_by_mpi(w.launcher)) {
+    if (w.size > 1 && !dc::started_by_mpi(w.launcher)) {
       throw dc::invalid_argument_error(
           std::string("the MPI backend's ranks must be started by mpirun (or mpiexec, srun), "
                       "not by ") +

@@ -19,9 +19,9 @@ namespace {
 // The options the device runner does not offer yet, refused before anything connects.
 void precheck_nccl(const distcomm::bench::options& o) {
   namespace db = distcomm::bench;
-  if (o.strategy != db::strategy_kind::native && o.strategy != db::strategy_kind::automatic) {
+  if (o.strategy != "native" && o.strategy != "auto") {
     throw distcomm::invalid_argument_error(
-        std::string("--strategy ") + db::to_string(o.strategy) +
+        "--strategy " + o.strategy +
         ": the NCCL benchmark runs NCCL's own collectives only (--strategy native); the "
         "point-to-point strategies do not take device buffers yet");
   }

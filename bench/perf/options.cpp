@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/registry/strategies.hpp"
 #include "distcomm/strategy/table.hpp"
 
 namespace distcomm::bench {
@@ -32,13 +33,6 @@ const std::map<std::string, collective> collective_names = {
     {"reduce_scatter", collective::reduce_scatter},
     {"allgather", collective::allgather},
     {"broadcast", collective::broadcast}};
-
-const std::map<std::string, strategy_kind> strategy_names = {{"native", strategy_kind::native},
-                                                             {"ring", strategy_kind::ring},
-                                                             {"tree", strategy_kind::tree},
-                                                             {"ps", strategy_kind::ps},
-                                                             {"rd", strategy_kind::rd},
-                                                             {"auto", strategy_kind::automatic}};
 
 template <class T>
 std::vector<std::string> keys(const std::map<std::string, T>& m) {
@@ -93,24 +87,6 @@ const char* to_string(collective c) noexcept {
       return "allgather";
     case collective::broadcast:
       return "broadcast";
-  }
-  return "invalid";
-}
-
-const char* to_string(strategy_kind s) noexcept {
-  switch (s) {
-    case strategy_kind::native:
-      return "native";
-    case strategy_kind::ring:
-      return "ring";
-    case strategy_kind::tree:
-      return "tree";
-    case strategy_kind::ps:
-      return "ps";
-    case strategy_kind::rd:
-      return "rd";
-    case strategy_kind::automatic:
-      return "auto";
   }
   return "invalid";
 }
@@ -198,8 +174,7 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
   app.add_option("--collective", coll, "Collective")
       ->check(CLI::IsMember(keys(collective_names)))
       ->capture_default_str();
-  app.add_option("--strategy", strategy, "DistComm strategy")
-      ->check(CLI::IsMember(keys(strategy_names)))
+  app.add_option("--strategy", strategy, "DistComm strategy: " + join_names(strategies()))
       ->capture_default_str();
   app.add_option("--fusion-tensors", o.fusion_tensors,
                  "Split each size into K tensors and run the grouped (fused) allreduce in place")
@@ -223,7 +198,7 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
     o.type = dtype_names.at(type);
     o.op = op_names.at(op);
     o.coll = collective_names.at(coll);
-    o.strategy = strategy_names.at(strategy);
+    o.strategy = find_strategy(strategy).name;
     validate(o);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -13,10 +13,8 @@
 namespace distcomm::bench {
 
 enum class collective { allreduce, reduce_scatter, allgather, broadcast };
-enum class strategy_kind { native, ring, tree, ps, rd, automatic };
 
 const char* to_string(collective c) noexcept;
-const char* to_string(strategy_kind s) noexcept;
 // nccl-tests' spelling of a dtype ("float", "half", "bfloat16", ...).
 const char* nccl_name(dtype t) noexcept;
 
@@ -35,7 +33,7 @@ struct options {
   reduce_op op = reduce_op::sum;
   dtype type = dtype::f32;
   collective coll = collective::allreduce;
-  strategy_kind strategy = strategy_kind::automatic;
+  std::string strategy = "auto";  // as the strategy registry spells it
   std::size_t fusion_tensors = 1;
   std::string json_file;
   std::string csv_file;

@@ -14,10 +14,6 @@ std::unique_ptr<peer> make_mpi_peer(const peer_world& w);
 std::unique_ptr<peer> make_gloo_peer(const peer_world& w);
 #endif
 
-bool started_by_mpi(launcher_kind k) noexcept {
-  return k == launcher_kind::open_mpi || k == launcher_kind::mpich || k == launcher_kind::slurm;
-}
-
 void check_peer(const std::string& name, const peer_world& w) {
   if (name == "mpi") {
 #ifndef DISTCOMM_BENCH_PEER_MPI

@@ -37,9 +37,6 @@ struct peer_world {
   std::function<std::shared_ptr<store>()> kv;
 };
 
-// True for the launchers that start MPI processes (mpirun, mpiexec, srun).
-bool started_by_mpi(launcher_kind k) noexcept;
-
 // Throws invalid_argument_error when peer `name` cannot run in this job (unknown, not built, or
 // mpi in a multi-rank job that mpirun did not start). Cheap: call it before connecting anything.
 void check_peer(const std::string& name, const peer_world& w);

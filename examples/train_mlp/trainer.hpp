@@ -147,7 +147,7 @@ void train(Comm& comm, const options& o) {
         "  network %s (%zu parameters in %zu tensors), %zu training / %zu test samples\n"
         "  global batch %zu = %zu x %zu (shards of %zu), %zu steps per epoch, lr %g, "
         "momentum %g, seed %llu\n",
-        world, world == 1 ? "" : "s", Comm::backend_type::name, o.strategy.c_str(),
+        world, world == 1 ? "" : "s", comm.backend_name(), comm.strategy_name(),
         distcomm::format_bytes(cfg.fusion_threshold).c_str(), cfg.deterministic ? "on" : "off",
         shape.to_string().c_str(), n, model.tensors().size(), data.train.size(), data.test.size(),
         global_batch, world, batch, shard, steps_per_epoch, static_cast<double>(o.lr),

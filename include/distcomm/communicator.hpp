@@ -24,6 +24,7 @@
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/registry/strategies.hpp"
 #include "distcomm/strategy/automatic.hpp"
 
 namespace distcomm {
@@ -86,6 +87,12 @@ class communicator {
 
   int rank() const { return backend_.rank(); }
   int size() const { return backend_.size(); }
+  // The names programs print and accept: "gloo", "ring" (registry/strategies.hpp).
+  const char* backend_name() const noexcept { return Backend::name; }
+  static const char* strategy_name() {
+    const char* n = registered_name<Strategy>();
+    return n ? n : detail::strategy_name<Strategy>::value;
+  }
   Backend& backend() noexcept { return backend_; }
   const config& settings() const noexcept { return config_; }
   Strategy& strategy() noexcept { return strategy_; }

@@ -38,8 +38,11 @@ struct config {
   // root, sequence number, settings) so a mismatch is a mismatch_error on every rank instead of
   // wrong data or a hang (DISTCOMM_MISMATCH_CHECK).
   bool mismatch_check = true;
-  // Backend chosen by tools and plugins when none is named in code (DISTCOMM_BACKEND).
+  // Backend of distcomm::init() and the tools when none is named in code (DISTCOMM_BACKEND).
   std::string backend;
+  // Strategy of distcomm::init() and the tools when none is named in code, as the strategy
+  // registry spells it (DISTCOMM_STRATEGY); empty means auto.
+  std::string strategy;
   // DISTCOMM_LOG.
   log_level log = log_level::warn;
 

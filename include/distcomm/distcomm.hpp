@@ -2,6 +2,7 @@
 // every backend this installation was built with.
 #pragma once
 
+#include "distcomm/any_communicator.hpp"
 #include "distcomm/backend.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/config.hpp"
@@ -15,7 +16,9 @@
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/fusion/none.hpp"
+#include "distcomm/init.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"

@@ -1,5 +1,6 @@
 #include "distcomm/config.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/registry/strategies.hpp"
 
 namespace distcomm {
 namespace {
@@ -36,8 +38,12 @@ const std::vector<setting_info> setting_rows = {
      "1 = before each collective the ranks compare what they were called with (collective, "
      "dtype, count, op, root, order) and raise mismatch_error on every rank when it differs; 0 "
      "turns the check off. Must be the same on every rank."},
-    {"DISTCOMM_BACKEND", "(default backend)",
-     "Backend used by tools when none is named: local, mpi, gloo, ucx or nccl."},
+    {"DISTCOMM_BACKEND", "(fastest built for the job)",
+     "Backend of distcomm::init() and of the tools when none is named: local, mpi, gloo, ucx, "
+     "nccl, or the name of a plugin (plugin:<name> for the plugin form of a built-in one)."},
+    {"DISTCOMM_STRATEGY", "auto",
+     "Allreduce strategy of distcomm::init() and of the tools when none is named: auto, ring, "
+     "tree, rd, ps or native."},
     {"DISTCOMM_LOG", "warn", "Log level on stderr: error, warn, info or debug."},
 };
 
@@ -143,11 +149,25 @@ config config::from_env(const env_lookup& getenv) {
     c.mismatch_check = parse_bool("DISTCOMM_MISMATCH_CHECK", v);
   }
   if (get("DISTCOMM_BACKEND", v)) {
-    if (v != "local" && v != "mpi" && v != "gloo" && v != "ucx" && v != "nccl") {
+    // Plugins bring their own names, so only the spelling is checked here; distcomm::init() says
+    // which backends and plugins exist when the name is none of them.
+    const bool spelt = !v.empty() && std::all_of(v.begin(), v.end(), [](char ch) {
+      return std::islower(static_cast<unsigned char>(ch)) ||
+             std::isdigit(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == ':';
+    });
+    if (!spelt) {
       throw invalid_argument_error(quote("DISTCOMM_BACKEND", v) +
-                                   " is not a backend (local, mpi, gloo, ucx, nccl)");
+                                   " is not a backend name (lower-case letters, digits, _ - :; "
+                                   "e.g. local, mpi, gloo, ucx, nccl)");
     }
     c.backend = v;
+  }
+  if (get("DISTCOMM_STRATEGY", v)) {
+    try {
+      c.strategy = find_strategy(v).name;
+    } catch (const invalid_argument_error& e) {
+      throw invalid_argument_error("DISTCOMM_STRATEGY: " + std::string(e.what()));
+    }
   }
   if (get("DISTCOMM_LOG", v)) {
     bool known = false;
@@ -178,6 +198,7 @@ std::string config::to_string() const {
      << "DISTCOMM_DETERMINISTIC=" << (deterministic ? 1 : 0) << '\n'
      << "DISTCOMM_MISMATCH_CHECK=" << (mismatch_check ? 1 : 0) << '\n'
      << "DISTCOMM_BACKEND=" << (backend.empty() ? std::string("(default)") : backend) << '\n'
+     << "DISTCOMM_STRATEGY=" << (strategy.empty() ? std::string("(default)") : strategy) << '\n'
      << "DISTCOMM_LOG=" << distcomm::to_string(log) << '\n';
   return os.str();
 }

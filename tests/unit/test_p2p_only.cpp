@@ -5,30 +5,11 @@
 #include <vector>
 
 #include "distcomm/distcomm.hpp"
+#include "p2p_only.hpp"
 
 namespace dc = distcomm;
 
 namespace {
-
-// The local backend reduced to the minimal contract.
-class p2p_only {
- public:
-  using request = dc::local_request;
-  static constexpr const char* name = "p2p-only";
-  explicit p2p_only(dc::local_backend b) : b_(std::move(b)) {}
-  int rank() const { return b_.rank(); }
-  int size() const { return b_.size(); }
-  [[nodiscard]] request isend(const void* d, std::size_t n, int peer, dc::tag_t tag) {
-    return b_.isend(d, n, peer, tag);
-  }
-  [[nodiscard]] request irecv(void* d, std::size_t n, int peer, dc::tag_t tag) {
-    return b_.irecv(d, n, peer, tag);
-  }
-  void abort(const std::string& reason) noexcept { b_.abort(reason); }
-
- private:
-  dc::local_backend b_;
-};
 
 static_assert(!dc::has_native_allreduce_v<p2p_only>, "p2p_only must have no native allreduce");
 static_assert(dc::has_native_allreduce_v<dc::local_backend>, "local has a native allreduce");
@@ -192,7 +173,6 @@ TEST_CASE("communicator on a device-memory backend: device tensors only, no host
   dc::communicator<device_like, dc::strategy::native> fused(device_like{}, c);
   const dc::tensor_view group[] = {dev, dev};
   CHECK_THROWS_WITH_AS(fused.allreduce(dc::span<const dc::tensor_view>(group, 2)),
-                       doctest::Contains("fusion::buffer cannot pack"),
-                       dc::invalid_argument_error);
+                       doctest::Contains("fusion::buffer cannot pack"), dc::invalid_argument_error);
   CHECK(fused.backend().native_calls == 0);
 }

@@ -124,82 +124,39 @@ double representable(double v, dc::dtype t) {
 
 // ---- the case runner ------------------------------------------------------------------------
 
-enum class strat { ring, tree, rd, ps1, ps2, ps_all, native, automatic };
-const strat all_strats[] = {strat::ring,   strat::tree,   strat::rd,     strat::ps1,
-                            strat::ps2,    strat::ps_all, strat::native, strat::automatic};
-
-const char* name(strat s) {
-  switch (s) {
-    case strat::ring:
-      return "ring";
-    case strat::tree:
-      return "tree";
-    case strat::rd:
-      return "recursive_doubling";
-    case strat::ps1:
-      return "ps(k=1)";
-    case strat::ps2:
-      return "ps(k=2)";
-    case strat::ps_all:
-      return "ps(k=all)";
-    case strat::native:
-      return "native";
-    case strat::automatic:
-      return "automatic";
-  }
-  return "?";
-}
-
-// A type-erased view of one rank's communicator, enough for these tests.
-struct ops {
-  std::function<void(dc::tensor_view, dc::tensor_view, dc::reduce_op)> allreduce;
-  std::function<void(dc::tensor_view, dc::tensor_view, dc::reduce_op)> reduce_scatter;
-  std::function<void(dc::tensor_view, dc::tensor_view)> allgather;
-  std::function<void(dc::tensor_view, int)> broadcast;
-  std::function<void()> barrier;
+// Every registered strategy; the parameter server with one server, two, and every rank.
+struct strat {
+  std::string name;  // the registry's
+  int ps_servers;    // -1: the configuration's
+  std::string label;
 };
 
-template <class Comm>
-ops erase(Comm& c) {
-  return ops{
-      [&c](dc::tensor_view i, dc::tensor_view o, dc::reduce_op op) { c.allreduce(i, o, op); },
-      [&c](dc::tensor_view i, dc::tensor_view o, dc::reduce_op op) { c.reduce_scatter(i, o, op); },
-      [&c](dc::tensor_view i, dc::tensor_view o) { c.allgather(i, o); },
-      [&c](dc::tensor_view d, int root) { c.broadcast(d, root); }, [&c] { c.barrier(); }};
+std::vector<strat> every_strategy() {
+  std::vector<strat> all;
+  for (const dc::strategy_info& i : dc::strategies()) {
+    if (std::string(i.name) == "ps") {
+      for (int k : {1, 2, 0}) {
+        all.push_back(
+            {i.name, k, "ps(k=" + (k == 0 ? std::string("all") : std::to_string(k)) + ")"});
+      }
+    } else {
+      all.push_back({i.name, -1, i.name});
+    }
+  }
+  return all;
 }
+const std::vector<strat> all_strats = every_strategy();
 
-template <class S>
-void run_as(dc::local_backend b, dc::config c, const std::function<void(ops&, int)>& f) {
-  dc::communicator<dc::local_backend, S> comm(std::move(b), std::move(c));
-  ops o = erase(comm);
-  f(o, comm.rank());
-}
+const char* name(const strat& s) { return s.label.c_str(); }
 
 // Runs f on `p` ranks with strategy s and configuration c.
-void run_world(int p, strat s, dc::config c, const std::function<void(ops&, int)>& f) {
+void run_world(int p, const strat& s, dc::config c,
+               const std::function<void(dc::any_communicator&, int)>& f) {
+  if (s.ps_servers >= 0) c.ps_servers = s.ps_servers;
   dc::local_world world(p);
   world.run([&](dc::local_backend b) {
-    switch (s) {
-      case strat::ring:
-        return run_as<dc::strategy::ring>(std::move(b), c, f);
-      case strat::tree:
-        return run_as<dc::strategy::tree>(std::move(b), c, f);
-      case strat::rd:
-        return run_as<dc::strategy::recursive_doubling>(std::move(b), c, f);
-      case strat::ps1:
-        c.ps_servers = 1;
-        return run_as<dc::strategy::parameter_server>(std::move(b), c, f);
-      case strat::ps2:
-        c.ps_servers = 2;
-        return run_as<dc::strategy::parameter_server>(std::move(b), c, f);
-      case strat::ps_all:
-        c.ps_servers = 0;
-        return run_as<dc::strategy::parameter_server>(std::move(b), c, f);
-      case strat::native:
-        return run_as<dc::strategy::native>(std::move(b), c, f);
-      case strat::automatic:
-        return run_as<dc::strategy::automatic>(std::move(b), c, f);
-    }
+    dc::any_communicator comm = dc::make_communicator(std::move(b), s.name, c);
+    f(comm, comm.rank());
   });
 }
 
@@ -333,8 +290,8 @@ struct reference_cache {
 
 // Runs all `cases` one after the other in one world of p ranks with strategy s (threads start
 // once), then checks every rank's result of every case against the reference and rank 0's bits.
-void allreduce_cases(int p, strat s, const std::vector<ar_case>& cases, const dc::config& cfg,
-                     reference_cache& refs) {
+void allreduce_cases(int p, const strat& s, const std::vector<ar_case>& cases,
+                     const dc::config& cfg, reference_cache& refs) {
   const auto pp = static_cast<std::size_t>(p);
   // Inputs are generated once per (rank, case) and shared by every strategy.
   std::vector<const std::vector<unsigned char>*> inputs;
@@ -350,7 +307,7 @@ void allreduce_cases(int p, strat s, const std::vector<ar_case>& cases, const dc
     }
   }
   std::vector<std::vector<std::vector<unsigned char>>> out(pp);
-  run_world(p, s, cfg, [&](ops& o, int r) {
+  run_world(p, s, cfg, [&](dc::any_communicator& o, int r) {
     auto& mine = out[static_cast<std::size_t>(r)];
     for (std::size_t k = 0; k < cases.size(); ++k) {
       const ar_case& c = cases[k];
@@ -416,7 +373,7 @@ TEST_CASE("allreduce: every strategy x dtype x op x world 1..8 x edge counts, bo
         }
       }
     }
-    for (strat s : all_strats) {
+    for (const strat& s : all_strats) {
       allreduce_cases(p, s, cases, cfg, refs);
       total += cases.size();
     }
@@ -437,7 +394,7 @@ TEST_CASE("allreduce: 1 000 003 elements, every strategy and dtype, world 1..8")
         cases.push_back({t, op, 1000003, (p + static_cast<int>(t)) % 2 == 0});
       }
     }
-    for (strat s : all_strats) allreduce_cases(p, s, cases, cfg, refs);
+    for (const strat& s : all_strats) allreduce_cases(p, s, cases, cfg, refs);
   }
 }
 
@@ -448,9 +405,9 @@ TEST_CASE("deterministic mode: every strategy gives the same bits") {
     for (dc::dtype t : {dc::dtype::f16, dc::dtype::bf16, dc::dtype::f32, dc::dtype::f64}) {
       for (std::size_t count : {std::size_t{1}, std::size_t{333}, std::size_t{5000}}) {
         std::vector<unsigned char> first;
-        for (strat s : all_strats) {
+        for (const strat& s : all_strats) {
           std::vector<unsigned char> rank0;
-          run_world(p, s, cfg, [&](ops& o, int r) {
+          run_world(p, s, cfg, [&](dc::any_communicator& o, int r) {
             auto in = make_input(r, count, t, dc::reduce_op::sum);
             o.allreduce(dc::tensor_view{in.data(), count, t}, dc::tensor_view{in.data(), count, t},
                         dc::reduce_op::sum);
@@ -478,13 +435,13 @@ TEST_CASE("reduce_scatter, allgather, broadcast, barrier on every strategy") {
     cfg.deterministic = deterministic;
     for (int p = 1; p <= 8; ++p) {
       const auto pp = static_cast<std::size_t>(p);
-      for (strat s : all_strats) {
+      for (const strat& s : all_strats) {
         // Every rank runs the same sequence of collectives in one world; results are kept in
         // call order and checked afterwards.
         std::vector<std::vector<std::vector<unsigned char>>> got(pp);
         std::atomic<int> arrived{0};
         std::atomic<bool> early{false};
-        run_world(p, s, cfg, [&](ops& o, int r) {
+        run_world(p, s, cfg, [&](dc::any_communicator& o, int r) {
           auto& keep = got[static_cast<std::size_t>(r)];
           for (dc::dtype t : dc::all_dtypes) {
             const std::size_t es = dc::dtype_size(t);
@@ -572,6 +529,6 @@ TEST_CASE("a segment size far larger than the message costs no more scratch than
     reference_cache refs;
     const std::vector<ar_case> cases = {{dc::dtype::f32, dc::reduce_op::sum, 10, true},
                                         {dc::dtype::f64, dc::reduce_op::avg, 3, false}};
-    for (strat s : all_strats) allreduce_cases(3, s, cases, cfg, refs);
+    for (const strat& s : all_strats) allreduce_cases(3, s, cases, cfg, refs);
   }
 }

@@ -24,6 +24,12 @@ enum class launcher_kind {
 
 const char* to_string(launcher_kind k) noexcept;
 
+// True for the launchers that start MPI ranks (mpirun, mpiexec, srun): only their ranks share an
+// MPI_COMM_WORLD; any other launcher's processes each get a world of their own from MPI_Init.
+inline bool started_by_mpi(launcher_kind k) noexcept {
+  return k == launcher_kind::open_mpi || k == launcher_kind::mpich || k == launcher_kind::slurm;
+}
+
 struct world_info {
   int rank = 0;
   int size = 1;

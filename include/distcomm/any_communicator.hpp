@@ -1,0 +1,135 @@
+// any_communicator: a communicator<Backend, Strategy, Fusion> whose backend and strategy were
+// chosen at run time. Same collectives, same validation, deadlines and errors: every call is
+// forwarded, through one virtual call, to the typed communicator it holds. distcomm::init()
+// returns one; make_communicator() wraps a backend you made yourself.
+//   auto comm = distcomm::init();              // DISTCOMM_BACKEND, DISTCOMM_STRATEGY, ...
+//   comm.allreduce(distcomm::view(grads), distcomm::reduce_op::avg);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "distcomm/communicator.hpp"
+#include "distcomm/config.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/reduce_op.hpp"
+#include "distcomm/core/span.hpp"
+#include "distcomm/core/tensor_view.hpp"
+#include "distcomm/registry/strategies.hpp"
+
+namespace distcomm {
+
+class any_communicator {
+ public:
+  // Takes over a typed communicator (and with it the backend's connections).
+  template <class Backend, class Strategy, class Fusion>
+  explicit any_communicator(communicator<Backend, Strategy, Fusion>&& c)
+      : impl_(std::make_unique<model<communicator<Backend, Strategy, Fusion>>>(std::move(c))) {}
+
+  // Makes the communicator Comm from `args` in place (for one that cannot be moved, e.g. with
+  // cuda::fusion): any_communicator(std::in_place_type<communicator<B, S>>, make(), cfg).
+  template <class Comm, class... Args>
+  explicit any_communicator(std::in_place_type_t<Comm>, Args&&... args)
+      : impl_(std::make_unique<model<Comm>>(std::forward<Args>(args)...)) {}
+
+  any_communicator(any_communicator&&) noexcept = default;
+  any_communicator& operator=(any_communicator&&) noexcept = default;
+
+  int rank() const { return get().rank(); }
+  int size() const { return get().size(); }
+  // The backend's and the strategy's names ("gloo", "ring"), as the registries spell them.
+  const char* backend_name() const { return get().backend_name(); }
+  const char* strategy_name() const { return get().strategy_name(); }
+  const config& settings() const { return get().settings(); }
+  std::uint64_t calls() const { return get().calls(); }
+
+  void allreduce(tensor_view data, reduce_op op = reduce_op::sum) {
+    get().allreduce(data, data, op);
+  }
+  void allreduce(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
+    get().allreduce(in, out, op);
+  }
+  void allreduce(span<const tensor_view> tensors, reduce_op op = reduce_op::sum) {
+    get().allreduce(tensors, op);
+  }
+  void reduce_scatter(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
+    get().reduce_scatter(in, out, op);
+  }
+  void allgather(tensor_view in, tensor_view out) { get().allgather(in, out); }
+  void broadcast(tensor_view data, int root) { get().broadcast(data, root); }
+  void barrier() { get().barrier(); }
+
+  // The typed communicator inside, when it is a Comm (as std::function::target); else nullptr.
+  template <class Comm>
+  Comm* target() noexcept {
+    auto* m = impl_ ? dynamic_cast<model<Comm>*>(impl_.get()) : nullptr;
+    return m ? &m->comm : nullptr;
+  }
+
+ private:
+  struct interface {
+    virtual ~interface() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual const char* backend_name() const = 0;
+    virtual const char* strategy_name() const = 0;
+    virtual const config& settings() const = 0;
+    virtual std::uint64_t calls() const = 0;
+    virtual void allreduce(tensor_view in, tensor_view out, reduce_op op) = 0;
+    virtual void allreduce(span<const tensor_view> tensors, reduce_op op) = 0;
+    virtual void reduce_scatter(tensor_view in, tensor_view out, reduce_op op) = 0;
+    virtual void allgather(tensor_view in, tensor_view out) = 0;
+    virtual void broadcast(tensor_view data, int root) = 0;
+    virtual void barrier() = 0;
+  };
+
+  template <class Comm>
+  struct model final : interface {
+    template <class... Args>
+    explicit model(Args&&... args) : comm(std::forward<Args>(args)...) {}
+    int rank() const override { return comm.rank(); }
+    int size() const override { return comm.size(); }
+    const char* backend_name() const override { return comm.backend_name(); }
+    const char* strategy_name() const override { return comm.strategy_name(); }
+    const config& settings() const override { return comm.settings(); }
+    std::uint64_t calls() const override { return comm.calls(); }
+    void allreduce(tensor_view in, tensor_view out, reduce_op op) override {
+      comm.allreduce(in, out, op);
+    }
+    void allreduce(span<const tensor_view> tensors, reduce_op op) override {
+      comm.allreduce(tensors, op);
+    }
+    void reduce_scatter(tensor_view in, tensor_view out, reduce_op op) override {
+      comm.reduce_scatter(in, out, op);
+    }
+    void allgather(tensor_view in, tensor_view out) override { comm.allgather(in, out); }
+    void broadcast(tensor_view data, int root) override { comm.broadcast(data, root); }
+    void barrier() override { comm.barrier(); }
+    Comm comm;
+  };
+
+  interface& get() const {
+    if (!impl_) throw error("any_communicator: used after it was moved from");
+    return *impl_;
+  }
+
+  std::unique_ptr<interface> impl_;
+};
+
+// A communicator over `backend` with the strategy named `strategy` (a name or alias of
+// registry/strategies.hpp), behind one type. invalid_argument_error, before anything is sent,
+// when the strategy is unknown or does not run on the backend.
+template <class Backend>
+any_communicator make_communicator(Backend backend, const std::string& strategy,
+                                   config cfg = config::from_env()) {
+  return visit_strategy<Backend>(strategy, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    return any_communicator(std::in_place_type<communicator<Backend, S>>, std::move(backend),
+                            std::move(cfg));
+  });
+}
+
+}  // namespace distcomm

@@ -1,0 +1,36 @@
+// distcomm::init(): one call that makes this process a rank of its job, the way
+// dist.init_process_group() or hvd.init() do. It reads the world from whatever the launcher set
+// (distcomm-run, mpirun, srun, torchrun, TF_CONFIG: docs/RENDEZVOUS.md), picks the backend and
+// the strategy by name, and connects:
+//   auto comm = distcomm::init();                 // DISTCOMM_BACKEND / DISTCOMM_STRATEGY or
+//   defaults auto comm = distcomm::init({"gloo", "ring"}); // named in code
+// The backend is the one named, else DISTCOMM_BACKEND, else the fastest built for host tensors on
+// this kind of job (default_backend() in registry/backends.hpp says which and why); the strategy
+// the one named, else DISTCOMM_STRATEGY, else auto. DISTCOMM_TIMEOUT bounds the whole start-up
+// and every wait after it, in every backend. Needs DistComm::DistComm.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "distcomm/any_communicator.hpp"
+#include "distcomm/config.hpp"
+
+namespace distcomm {
+
+struct init_options {
+  std::string backend;             // empty: DISTCOMM_BACKEND, else default_backend()
+  std::string strategy;            // empty: DISTCOMM_STRATEGY, else auto
+  std::optional<config> settings;  // empty: config::from_env()
+};
+
+// invalid_argument_error before anything connects when a name is unknown, or a strategy does not
+// run on the backend; rendezvous_error / timeout_error when the ranks cannot meet.
+any_communicator init(const init_options& options = {});
+
+// The backend and strategy init() would take with these options, without connecting: for
+// --help texts, logs and --print-config.
+std::string resolved_backend(const init_options& options = {});
+std::string resolved_strategy(const init_options& options = {});
+
+}  // namespace distcomm
