@@ -172,8 +172,10 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_DETERMINISTIC", "2"},
       {"DISTCOMM_DETERMINISTIC", "maybe"},
       {"DISTCOMM_MISMATCH_CHECK", "sometimes"},
-      {"DISTCOMM_BACKEND", "tcp"},
+      {"DISTCOMM_BACKEND", "Gloo"},  // plugins bring any name, but spelt in lower case
       {"DISTCOMM_BACKEND", "local "},
+      {"DISTCOMM_STRATEGY", "fastest"},
+      {"DISTCOMM_STRATEGY", "Ring"},
       {"DISTCOMM_LOG", "verbose"},
       {"DISTCOMM_LOG", "trace"},
   };
@@ -226,7 +228,8 @@ TEST_CASE("config: to_string shows the values, and its output reads back to the 
       {"DISTCOMM_FUSION_CUTOFF", "262144"}, {"DISTCOMM_SEGMENT_SIZE", "65536"},
       {"DISTCOMM_PS_SERVERS", "0"},         {"DISTCOMM_ALGO", "ps:0-1K;native:1K-1M;ring:1M-max"},
       {"DISTCOMM_DETERMINISTIC", "on"},     {"DISTCOMM_MISMATCH_CHECK", "off"},
-      {"DISTCOMM_BACKEND", "mpi"},          {"DISTCOMM_LOG", "debug"}};
+      {"DISTCOMM_BACKEND", "mpi"},          {"DISTCOMM_STRATEGY", "recursive_doubling"},
+      {"DISTCOMM_LOG", "debug"}};
   const std::string text = from(e).to_string();
   CHECK_HAS(text, "DISTCOMM_TIMEOUT=2.5\n");
   CHECK_HAS(text, "DISTCOMM_FUSION_THRESHOLD=1M\n");
@@ -237,6 +240,7 @@ TEST_CASE("config: to_string shows the values, and its output reads back to the 
   CHECK_HAS(text, "DISTCOMM_DETERMINISTIC=1\n");
   CHECK_HAS(text, "DISTCOMM_MISMATCH_CHECK=0\n");
   CHECK_HAS(text, "DISTCOMM_BACKEND=mpi\n");
+  CHECK_HAS(text, "DISTCOMM_STRATEGY=rd\n");
   CHECK_HAS(text, "DISTCOMM_LOG=debug\n");
   env back;
   std::istringstream lines(text);
