@@ -48,7 +48,8 @@ struct config {
 
   using env_lookup = std::function<const char*(const char*)>;
 
-  // Reads every DISTCOMM_* variable from the process environment.
+  // Reads every DISTCOMM_* variable from the process environment, and warns (once per name and
+  // process) about those DistComm does not know: see warn_unknown_settings().
   static config from_env();
   // Same, from any lookup (tests inject environments this way).
   static config from_env(const env_lookup& getenv);
@@ -69,5 +70,15 @@ const std::vector<setting_info>& settings();
 // uses: read by detect_world(), bootstrap() and the backends rather than by config, documented in
 // the same README table.
 const std::vector<setting_info>& rendezvous_settings();
+
+// One warning for each DISTCOMM_* variable of `environment` ("NAME=value" entries, as in
+// `environ`) that DistComm does not read, naming the closest known variable when one is near:
+// "DISTCOMM_TIMOUT is not a DistComm setting and is ignored; did you mean DISTCOMM_TIMEOUT?".
+// Known: settings(), rendezvous_settings() and the few variables only the tools and the
+// project's scripts read (DISTCOMM_MPIRUN, ...).
+std::vector<std::string> unknown_settings(const std::vector<std::string>& environment);
+// Logs unknown_settings() of the process environment as warnings, each name once per process.
+// config::from_env() calls it.
+void warn_unknown_settings();
 
 }  // namespace distcomm

@@ -5,11 +5,16 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/registry/strategies.hpp"
+
+extern char** environ;
 
 namespace distcomm {
 namespace {
@@ -107,13 +112,84 @@ const std::vector<setting_info> rendezvous_rows = {
      "Network interface or address the gloo backend's TCP transport uses."},
 };
 
+// Read only by the tools and the project's scripts, documented where they are read; known so
+// that setting them is not taken for a typo.
+const char* const tool_variables[] = {
+    "DISTCOMM_MPIRUN",         // distcomm-run --backend mpi (tools/README.md)
+    "DISTCOMM_JOBS",           // scripts/common.sh: build and test parallelism
+    "DISTCOMM_SKIP_PACKAGES",  // scripts/common.sh: do not install packages
+    "DISTCOMM_KEEP_TMP",       // tests/consumer/run.sh, tests/packaging/run.sh
+    "DISTCOMM_FUZZ_CXX",       // fuzz/run.sh
+};
+
+// Edits (insertions, deletions, substitutions) that turn a into b.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
 
 const std::vector<setting_info>& settings() { return setting_rows; }
 const std::vector<setting_info>& rendezvous_settings() { return rendezvous_rows; }
 
+std::vector<std::string> unknown_settings(const std::vector<std::string>& environment) {
+  static const std::string prefix = "DISTCOMM_";
+  std::vector<std::string> known;
+  for (const auto* table : {&settings(), &rendezvous_settings()}) {
+    for (const setting_info& s : *table) known.emplace_back(s.name);
+  }
+  known.insert(known.end(), std::begin(tool_variables), std::end(tool_variables));
+
+  std::vector<std::string> warnings;
+  for (const std::string& entry : environment) {
+    const std::string name = entry.substr(0, entry.find('='));
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    // Near enough to be a typo: at most a third of the part after the prefix differs
+    // (DISTCOMM_TIMOUT -> DISTCOMM_TIMEOUT, not DISTCOMM_FOO -> DISTCOMM_LOG).
+    const std::string* closest = nullptr;
+    std::size_t best = (std::max<std::size_t>(name.size() - prefix.size(), 3)) / 3;
+    for (const std::string& k : known) {
+      const std::size_t d = edit_distance(name, k);
+      if (d <= best && (closest == nullptr || d < best)) {
+        closest = &k;
+        best = d;
+      }
+    }
+    std::string message = name + " is not a DistComm setting and is ignored";
+    message += closest != nullptr ? "; did you mean " + *closest + "?"
+                                  : " (README.md, Settings, lists every setting)";
+    warnings.push_back(std::move(message));
+  }
+  return warnings;
+}
+
+void warn_unknown_settings() {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::vector<std::string> environment;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) environment.emplace_back(*e);
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const std::string& w : unknown_settings(environment)) {
+    if (warned.insert(w.substr(0, w.find(' '))).second) log(log_level::warn, w);
+  }
+}
+
 config config::from_env() {
-  return from_env([](const char* name) -> const char* { return std::getenv(name); });
+  config c = from_env([](const char* name) -> const char* { return std::getenv(name); });
+  if (c.log >= log_level::warn) warn_unknown_settings();
+  return c;
 }
 
 config config::from_env(const env_lookup& getenv) {

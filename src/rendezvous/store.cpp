@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distcomm/core/error.hpp"
@@ -177,6 +178,31 @@ void store_barrier(store& s, const std::string& name, int rank, int size) {
                         "': " + (missing.size() == 1 ? "rank " : "ranks ") + ranks + " (of " +
                         std::to_string(size) + ") never arrived within " +
                         detail::format_seconds(s.timeout()) + " (DISTCOMM_TIMEOUT)");
+  }
+}
+
+void store_wait(store& s, const std::vector<std::string>& keys,
+                std::chrono::duration<double> timeout) {
+  if (timeout >= s.timeout()) {
+    s.wait(keys);
+    return;
+  }
+  // The store's own wait cannot be shortened (others may share the store): poll instead, a
+  // check() per pause, the pause growing to 0.1 s.
+  const auto until = detail::deadline_after(timeout);
+  std::chrono::microseconds pause{500};
+  while (!s.check(keys)) {
+    const auto now = detail::store_clock::now();
+    if (now >= until) {
+      std::vector<std::string> missing;
+      for (const std::string& k : keys) {
+        if (!s.check({k})) missing.push_back(k);
+      }
+      if (missing.empty()) return;
+      detail::throw_missing_keys("store wait", missing, timeout);
+    }
+    std::this_thread::sleep_for(std::min<detail::store_clock::duration>(pause, until - now));
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(100));
   }
 }
 

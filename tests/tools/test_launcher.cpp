@@ -712,6 +712,17 @@ TEST_CASE("launcher: --print-config prints the configuration the ranks will read
   CHECK_HAS(r.out, "DISTCOMM_TIMEOUT=42\n");
 }
 
+TEST_CASE("launcher: --print-config names a misspelt setting and the one meant") {
+  const result r = run({"--print-config"},
+                       clean_env({{"DISTCOMM_TIMEOUT", std::nullopt}, {"DISTCOMM_TIMOUT", "5"}}));
+  CHECK(r.code == 0);
+  CHECK_HAS(r.out, "DISTCOMM_TIMEOUT=300\n");  // the misspelt one changed nothing
+  CHECK_HAS(r.err,
+            "DISTCOMM_TIMOUT is not a DistComm setting and is ignored; did you mean "
+            "DISTCOMM_TIMEOUT?");
+  CHECK(r.out.find("TIMOUT") == std::string::npos);  // stdout stays NAME=value lines
+}
+
 // ---- --backend mpi: mpirun starts the ranks ----------------------------------------------------
 // Cases that start no mpirun run with the others; those that do form the test suite "mpirun"
 // (ctest test_launcher_mpirun, registered where MPI was found, one mpirun test at a time).

@@ -2,13 +2,20 @@
 // README settings table.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
@@ -278,6 +285,135 @@ TEST_CASE("config: README.md has a table row for every setting") {
     CAPTURE(line);
     CHECK(documented.count(name) == 1);
   }
+}
+
+// ---- unknown DISTCOMM_* variables -------------------------------------------------------------
+
+TEST_CASE("unknown_settings: a misspelt setting is named with the closest known one") {
+  const auto w = unknown_settings({"PATH=/bin", "DISTCOMM_TIMOUT=5", "DISTCOMM_TIMEOUT=5"});
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] ==
+        "DISTCOMM_TIMOUT is not a DistComm setting and is ignored; did you mean DISTCOMM_TIMEOUT?");
+  CHECK_HAS(unknown_settings({"DISTCOMM_FUSION_TRESHOLD=1M"}).at(0),
+            "did you mean DISTCOMM_FUSION_THRESHOLD?");
+  CHECK_HAS(unknown_settings({"DISTCOMM_RANKS=2"}).at(0), "did you mean DISTCOMM_RANK?");
+  CHECK_HAS(unknown_settings({"DISTCOMM_MASTERPORT"}).at(0), "did you mean DISTCOMM_MASTER_PORT?");
+  CHECK_HAS(unknown_settings({"DISTCOMM_MPI_RUN=x"}).at(0), "did you mean DISTCOMM_MPIRUN?");
+  // Every unknown variable is named, in the environment's order.
+  const auto two =
+      unknown_settings({"DISTCOMM_BACKND=gloo", "DISTCOMM_LOG=info", "DISTCOMM_ALG=x"});
+  REQUIRE(two.size() == 2);
+  CHECK_HAS(two[0], "DISTCOMM_BACKND is not");
+  CHECK_HAS(two[1], "did you mean DISTCOMM_ALGO?");
+}
+
+TEST_CASE("unknown_settings: nothing near is suggested, and the message says where to look") {
+  const auto w = unknown_settings({"DISTCOMM_FOO=1", "DISTCOMM_=1"});
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] ==
+        "DISTCOMM_FOO is not a DistComm setting and is ignored (README.md, Settings, "
+        "lists every setting)");
+  CHECK(w[1].find("did you mean") == std::string::npos);
+}
+
+TEST_CASE("unknown_settings: every variable DistComm reads is known, others are not its business") {
+  std::vector<std::string> environment = {"RANK=0", "distcomm_timeout=1", "XDISTCOMM_A=1"};
+  for (const auto* table : {&settings(), &rendezvous_settings()}) {
+    for (const setting_info& s : *table) environment.push_back(std::string(s.name) + "=1");
+  }
+  CHECK(unknown_settings(environment).empty());
+  // Read by the tools and the project's scripts, not by config; the scan below finds them.
+  for (const char* name : {"DISTCOMM_MPIRUN", "DISTCOMM_JOBS", "DISTCOMM_SKIP_PACKAGES",
+                           "DISTCOMM_KEEP_TMP", "DISTCOMM_FUZZ_CXX"}) {
+    CAPTURE(name);
+    CHECK(unknown_settings({std::string(name) + "=1"}).empty());
+  }
+}
+
+TEST_CASE("unknown_settings: every DISTCOMM_* variable the sources and scripts read is known") {
+  // getenv("DISTCOMM_X"), env.get("DISTCOMM_X"), get("DISTCOMM_X", v) in C++; ${DISTCOMM_X:-...}
+  // or "$DISTCOMM_X" in shell (CMake's own DISTCOMM_* variables are not environment variables).
+  const std::regex read_in_cpp(R"re(get(?:env)?\("(DISTCOMM_[A-Z0-9_]+)")re");
+  const std::regex read_in_shell(R"re(\$\{?(DISTCOMM_[A-Z0-9_]+)[:}"])re");
+  const std::set<std::string> shell_locals = {"DISTCOMM_ROOT", "DISTCOMM_PHASES",
+                                              "DISTCOMM_PACKAGES", "DISTCOMM_START_SECONDS"};
+  namespace fs = std::filesystem;
+  std::set<std::string> found;
+  for (const char* dir :
+       {"src", "backends", "tools", "bench", "examples", "scripts", "fuzz", "plugins", "tests"}) {
+    const fs::path root = fs::path(DISTCOMM_SOURCE_DIR) / dir;
+    if (!fs::exists(root)) continue;
+    for (const auto& f : fs::recursive_directory_iterator(root)) {
+      const std::string ext = f.path().extension().string();
+      const bool cpp = ext == ".cpp" || ext == ".hpp" || ext == ".cu";
+      if (!f.is_regular_file() || (!cpp && ext != ".sh")) continue;
+      // The tests name unknown variables on purpose; only their scripts count.
+      if (cpp && f.path().string().find("/tests/") != std::string::npos) continue;
+      std::ifstream in(f.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string body = text.str();
+      const std::regex& re = cpp ? read_in_cpp : read_in_shell;
+      for (std::sregex_iterator m(body.begin(), body.end(), re), end; m != end; ++m) {
+        if (shell_locals.count((*m)[1]) == 0) found.insert((*m)[1]);
+      }
+    }
+  }
+  CHECK(found.count("DISTCOMM_TIMEOUT") == 1);  // the scan finds what it looks for
+  CHECK(found.count("DISTCOMM_MPIRUN") == 1);
+  CHECK(found.count("DISTCOMM_JOBS") == 1);
+  for (const std::string& name : found) {
+    CAPTURE(name);
+    CHECK(unknown_settings({name + "=1"}).empty());
+  }
+}
+
+namespace {
+
+// What f writes to stderr (file descriptor 2).
+template <class F>
+std::string stderr_of(F&& f) {
+  std::fflush(stderr);
+  char path[] = "/tmp/distcomm-test-config-XXXXXX";
+  const int file = ::mkstemp(path);
+  REQUIRE(file >= 0);
+  const int saved = ::dup(2);
+  ::dup2(file, 2);
+  f();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  ::close(file);
+  ::unlink(path);
+  return text.str();
+}
+
+std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("config: from_env() warns about an unknown variable once per process, through the log") {
+  ::setenv("DISTCOMM_TIMOUT", "5", 1);
+  const std::string err = stderr_of([] {
+    (void)config::from_env();
+    (void)config::from_env();
+  });
+  ::setenv("DISTCOMM_BACKNED", "gloo", 1);  // a new one is still named, the old one not again
+  const std::string later = stderr_of([] { (void)config::from_env(); });
+  ::unsetenv("DISTCOMM_TIMOUT");
+  ::unsetenv("DISTCOMM_BACKNED");
+  CHECK(count_of(err,
+                 "[distcomm warn] DISTCOMM_TIMOUT is not a DistComm setting and is ignored; "
+                 "did you mean DISTCOMM_TIMEOUT?\n") == 1);
+  CHECK(count_of(later, "DISTCOMM_TIMOUT") == 0);
+  CHECK(count_of(later, "[distcomm warn] DISTCOMM_BACKNED is not a DistComm setting") == 1);
 }
 
 // ---- algo_table ------------------------------------------------------------------------------

@@ -189,6 +189,31 @@ TEST_CASE_TEMPLATE("store: wait timeout names only the keys still missing", B, S
   CHECK(str(s->get("here")) == "1");
 }
 
+TEST_CASE_TEMPLATE("store: store_wait gives up after a timeout shorter than the store's", B,
+                   STORE_BACKENDS) {
+  B backend;
+  auto s = backend.client(seconds(30.0));
+  auto setter = backend.client(seconds(30.0));
+  s->set("here", b("1"));
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = timeout_of([&] { store_wait(*s, {"here", "gone"}, seconds(0.3)); });
+  CHECK(since(t0) >= 0.29);
+  CHECK(since(t0) < 5);
+  CHECK_HAS(msg, "key 'gone'");
+  CHECK(msg.find("here") == std::string::npos);
+  CHECK_HAS(msg, "0.3 s (DISTCOMM_TIMEOUT)");
+  // Keys that arrive in time end the wait; a longer timeout leaves the store's in charge.
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    setter->set("late", b("v"));
+  });
+  t0 = std::chrono::steady_clock::now();
+  store_wait(*s, {"here", "late"}, seconds(5.0));
+  CHECK(since(t0) < 4);
+  t.join();
+  store_wait(*s, {"here", "late"}, seconds(300.0));
+}
+
 TEST_CASE_TEMPLATE("store: compare_set", B, STORE_BACKENDS) {
   B backend;
   auto s = backend.client();

@@ -20,6 +20,7 @@
 
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/log.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "environment.hpp"
 #include "job.hpp"
@@ -209,6 +210,13 @@ int main(int argc, char** argv) {
     const distcomm::config config = distcomm::config::from_env(lookup_in(ranks.front()));
     if (o.print_config) {
       std::fputs(config.to_string().c_str(), stdout);
+      std::fflush(stdout);
+      // A misspelt setting is ignored by every rank: say so here, where the settings are checked.
+      if (config.log >= distcomm::log_level::warn) {
+        for (const std::string& w : distcomm::unknown_settings(caller.entries())) {
+          distcomm::log(distcomm::log_level::warn, w);
+        }
+      }
       return 0;
     }
     // MPI processes must be started by MPI's own launcher (singletons cannot join each other):

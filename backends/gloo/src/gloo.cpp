@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
@@ -86,12 +87,14 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
     throw invalid_argument_error("gloo: rank " + std::to_string(rank) +
                                  " is not within a world of size " + std::to_string(size));
   }
+  const std::chrono::duration<double> timeout =
+      opts.timeout ? *opts.timeout : config::from_env().timeout;
   if (!kv) {
     if (size != 1) {
       throw invalid_argument_error("gloo: a world of " + std::to_string(size) +
                                    " ranks needs a store (bootstrap() gives one)");
     }
-    kv = std::make_shared<hash_store>(opts.timeout);
+    kv = std::make_shared<hash_store>(timeout);
   }
   state_->kv = kv;
   std::string prefix = opts.prefix;
@@ -109,10 +112,10 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
   } else {
     attr.hostname = host;
   }
-  const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(opts.timeout);
+  const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   state_->rank = rank;
   state_->size = size;
-  state_->timeout = opts.timeout;
+  state_->timeout = timeout;
   try {
     // The device starts gloo's event-loop thread, which inherits this thread's signal mask: it
     // runs with SIGPIPE blocked for good.

@@ -26,6 +26,7 @@ class gloo_store_adapter : public gloo::rendezvous::Store {
 
  private:
   std::string key(const std::string& k) const { return prefix_ + "/" + k; }
+  std::vector<std::string> full(const std::vector<std::string>& keys) const;
   std::shared_ptr<store> kv_;
   std::string prefix_;
 };

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "distcomm/backends/cuda_kernels.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "errors.hpp"
 
@@ -64,8 +65,8 @@ bool device_copy::done() {
   return true;
 }
 
-staging::staging(int device, std::chrono::duration<double> timeout)
-    : device_(device), timeout_(timeout) {
+staging::staging(int device, std::optional<std::chrono::duration<double>> timeout)
+    : device_(device), timeout_(timeout ? *timeout : config::from_env().timeout) {
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   if (device < 0 || device >= devices) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "distcomm/backends/cuda_kernels.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "errors.hpp"
 
@@ -299,6 +300,10 @@ std::shared_ptr<detail::nccl_state> create(store* kv, int rank, int size, int de
   return s;
 }
 
+std::chrono::duration<double> or_configured(std::optional<std::chrono::duration<double>> timeout) {
+  return timeout ? *timeout : config::from_env().timeout;
+}
+
 std::string bytes_text(std::size_t n, dtype t) {
   return std::to_string(n) + " " + to_string(t) + " elements";
 }
@@ -306,24 +311,26 @@ std::string bytes_text(std::size_t n, dtype t) {
 }  // namespace
 
 nccl_backend::nccl_backend(store& kv, int rank, int size, int device,
-                           std::chrono::duration<double> timeout)
-    : state_(create(&kv, rank, size, device, timeout)) {}
+                           std::optional<std::chrono::duration<double>> timeout)
+    : state_(create(&kv, rank, size, device, or_configured(timeout))) {}
 
-nccl_backend::nccl_backend(const job& j, int device, std::chrono::duration<double> timeout) {
+nccl_backend::nccl_backend(const job& j, int device,
+                           std::optional<std::chrono::duration<double>> timeout) {
   if (device < 0) {
     int devices = 0;
     detail::check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
     device = devices > 0 ? j.world.local_rank % devices : 0;
   }
-  state_ = create(j.kv.get(), j.world.rank, j.world.size, device, timeout);
+  state_ = create(j.kv.get(), j.world.rank, j.world.size, device, or_configured(timeout));
 }
 
-nccl_backend::nccl_backend(ncclComm_t comm, ownership kind, std::chrono::duration<double> timeout)
+nccl_backend::nccl_backend(ncclComm_t comm, ownership kind,
+                           std::optional<std::chrono::duration<double>> timeout)
     : state_(std::make_shared<detail::nccl_state>()) {
   if (comm == nullptr) throw invalid_argument_error("nccl: adopting a null ncclComm_t");
   state_->comm = comm;
   state_->owned = kind == take_ownership;
-  state_->timeout = timeout;
+  state_->timeout = or_configured(timeout);
   detail::check_nccl(ncclCommUserRank(comm, &state_->rank), "ncclCommUserRank", comm);
   detail::check_nccl(ncclCommCount(comm, &state_->size), "ncclCommCount", comm);
   detail::check_nccl(ncclCommCuDevice(comm, &state_->device), "ncclCommCuDevice", comm);

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 
 namespace distcomm {
@@ -419,6 +420,17 @@ struct ucx_state {
     // The store waits below do not progress the worker, and need not: creating an endpoint from
     // a worker address is local, and the wireup messages it sends are answered once the peer
     // first progresses (at the latest in its first wait).
+    std::vector<std::string> addresses;
+    for (int r = 0; r < size; ++r) {
+      if (r != rank) addresses.push_back(prefix + "addr/" + std::to_string(r));
+    }
+    try {
+      store_wait(*kv, addresses, timeout);
+    } catch (const timeout_error& e) {
+      throw timeout_error("ucx: rank " + std::to_string(rank) +
+                          " waiting for the peers' worker addresses: " + e.what() +
+                          "; is every rank running?");
+    }
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
       const bytes theirs = kv->get(prefix + "addr/" + std::to_string(r));
@@ -444,8 +456,8 @@ struct ucx_state {
   // One zero-byte message each way with every peer, while every rank progresses here: UCP's
   // wireup (TCP connections and their wireup messages) completes now, so a rank never starts
   // its first collective, or exits, with a connection still half open, and a peer that cannot
-  // be reached fails the constructor instead of the first collective. Bounded by the store's
-  // timeout, like the address exchange.
+  // be reached fails the constructor instead of the first collective. Bounded by the backend's
+  // timeout (and the store's, when shorter), like the address exchange.
   void handshake() {
     static unsigned char sink = 0;  // zero bytes move; UCX only needs a valid address
     struct pending {
@@ -480,7 +492,8 @@ struct ucx_state {
       }
       return true;
     };
-    progress_until(settled, deadline_after(kv->timeout()));
+    const std::chrono::duration<double> limit = std::min(kv->timeout(), timeout);
+    progress_until(settled, deadline_after(limit));
     const auto who = [](int r) { return "ucx: connecting to rank " + std::to_string(r); };
     for (const ucx_peer& p : peers) {
       if (!p.failed) continue;
@@ -493,9 +506,9 @@ struct ucx_state {
       release_all();
       if (st == UCS_INPROGRESS) {
         char waited[32];
-        std::snprintf(waited, sizeof waited, "%g", kv->timeout().count());
+        std::snprintf(waited, sizeof waited, "%g", limit.count());
         throw timeout_error(who(q.peer) + ": no answer within " + waited +
-                            " s (the store's timeout, DISTCOMM_TIMEOUT); is that rank running?");
+                            " s (DISTCOMM_TIMEOUT); is that rank running?");
       }
       if (is_peer_failure(st)) throw peer_lost_error(who(q.peer) + " failed: " + status_text(st));
       throw backend_error("ucx", "handshake", static_cast<long>(st),
@@ -650,7 +663,8 @@ void ucx_request::wait(deadline until) {
 
 // ---- ucx_backend ------------------------------------------------------------------------------
 
-ucx_backend::ucx_backend(store& kv, int rank, int size, std::chrono::duration<double> timeout)
+ucx_backend::ucx_backend(store& kv, int rank, int size,
+                         std::optional<std::chrono::duration<double>> timeout)
     : rank_(rank), size_(size) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw invalid_argument_error("ucx_backend: rank " + std::to_string(rank) +
@@ -660,11 +674,11 @@ ucx_backend::ucx_backend(store& kv, int rank, int size, std::chrono::duration<do
   state_->kv = std::shared_ptr<store>(&kv, [](store*) {});  // the caller keeps it alive
   state_->rank = rank;
   state_->size = size;
-  state_->timeout = timeout;
+  state_->timeout = timeout ? *timeout : config::from_env().timeout;
   state_->connect();
 }
 
-ucx_backend::ucx_backend(const job& j, std::chrono::duration<double> timeout)
+ucx_backend::ucx_backend(const job& j, std::optional<std::chrono::duration<double>> timeout)
     : rank_(j.world.rank), size_(j.world.size) {
   if (size_ > 1 && j.kv == nullptr) {
     throw invalid_argument_error("ucx_backend: a job of " + std::to_string(size_) +
@@ -678,7 +692,7 @@ ucx_backend::ucx_backend(const job& j, std::chrono::duration<double> timeout)
   state_->kv = j.kv;
   state_->rank = rank_;
   state_->size = size_;
-  state_->timeout = timeout;
+  state_->timeout = timeout ? *timeout : config::from_env().timeout;
   state_->connect();
 }
 

@@ -58,4 +58,10 @@ class store {
 // barrier needs a name of its own (e.g. "init", "epoch/3").
 void store_barrier(store& s, const std::string& name, int rank, int size);
 
+// s.wait(keys), but for at most `timeout` when that is shorter than the store's own: a backend's
+// timeout (DISTCOMM_TIMEOUT unless given) bounds its rendezvous on any store. Throws
+// timeout_error naming the keys still missing.
+void store_wait(store& s, const std::vector<std::string>& keys,
+                std::chrono::duration<double> timeout);
+
 }  // namespace distcomm

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distcomm/backend.hpp"
@@ -56,8 +57,10 @@ class [[nodiscard]] gloo_request {
 };
 
 struct gloo_options {
-  // Timeout of the rendezvous (address exchange, connecting) and of gloo's own operations.
-  std::chrono::duration<double> timeout{300.0};
+  // Timeout of the rendezvous (address exchange, connecting; the store's own timeout, when
+  // shorter, also applies) and of gloo's own operations. Unset: DISTCOMM_TIMEOUT
+  // (config::from_env().timeout) when the backend is built.
+  std::optional<std::chrono::duration<double>> timeout;
   // Host name or address the TCP device binds; empty: DISTCOMM_IFACE, else as described above.
   std::string hostname;
   // Keys of this communicator live under `prefix/` in the store; empty: a fresh prefix from a

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -95,7 +96,8 @@ class device_copy {
 // pinned staging pool, and the scratch buffers of the memory operations.
 class staging : public std::enable_shared_from_this<staging> {
  public:
-  staging(int device, std::chrono::duration<double> timeout);
+  // Unset timeout: DISTCOMM_TIMEOUT (config::from_env().timeout).
+  staging(int device, std::optional<std::chrono::duration<double>> timeout);
   ~staging();
   staging(const staging&) = delete;
   staging& operator=(const staging&) = delete;
@@ -224,9 +226,9 @@ class host_staged {
       has_native_allreduce_v<B> ? "native:0-max" : "ring:0-max";
 
   // Wraps `inner`; tensors live on CUDA device `device`. `timeout` bounds the staging copy of a
-  // send (isend has no deadline) and teardown.
+  // send (isend has no deadline) and teardown. Unset: DISTCOMM_TIMEOUT.
   host_staged(B inner, int device,
-              std::chrono::duration<double> timeout = std::chrono::seconds(300))
+              std::optional<std::chrono::duration<double>> timeout = std::nullopt)
       : inner_(std::move(inner)), s_(std::make_shared<detail::staging>(device, timeout)) {}
 
   int rank() const { return inner_.rank(); }

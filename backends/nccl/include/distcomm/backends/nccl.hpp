@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distcomm/backend.hpp"
@@ -123,15 +124,16 @@ class nccl_backend {
   // Collective over the `size` ranks sharing `kv`: rank 0 creates the NCCL unique id and publishes
   // it through the store, then all create a non-blocking communicator on CUDA device `device`
   // within `timeout`, which also bounds teardown. `kv` is used only inside the constructor.
+  // Unset `timeout`: DISTCOMM_TIMEOUT (config::from_env().timeout), in every constructor.
   nccl_backend(store& kv, int rank, int size, int device,
-               std::chrono::duration<double> timeout = std::chrono::seconds(300));
+               std::optional<std::chrono::duration<double>> timeout = std::nullopt);
   // From distcomm::bootstrap(), on device `device` (-1: the world's local rank, modulo the number
   // of visible devices). A one-rank job needs no store.
   explicit nccl_backend(const job& j, int device = -1,
-                        std::chrono::duration<double> timeout = std::chrono::seconds(300));
+                        std::optional<std::chrono::duration<double>> timeout = std::nullopt);
   // Adopts a communicator (its device becomes current for every call).
   nccl_backend(ncclComm_t comm, ownership kind,
-               std::chrono::duration<double> timeout = std::chrono::seconds(300));
+               std::optional<std::chrono::duration<double>> timeout = std::nullopt);
 
   nccl_backend(nccl_backend&&) noexcept = default;
   nccl_backend& operator=(nccl_backend&&) noexcept = default;

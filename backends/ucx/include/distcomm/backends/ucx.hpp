@@ -50,6 +50,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distcomm/backend.hpp"
@@ -117,14 +118,15 @@ class ucx_backend {
 
   // Collective over the `size` ranks sharing `kv`: creates the UCP context and worker, publishes
   // the worker address under a prefix unique to this backend, connects to every peer and
-  // exchanges a zero-byte handshake with each (both wait as long as the store's own timeout).
-  // `kv` must outlive the backend: its destructor runs a final store barrier. `timeout` bounds
-  // closing the endpoints (at most 10 s).
+  // exchanges a zero-byte handshake with each, for at most `timeout` (and the store's own
+  // timeout). `kv` must outlive the backend: its destructor runs a final store barrier. `timeout`
+  // also bounds closing the endpoints (at most 10 s). Unset: DISTCOMM_TIMEOUT
+  // (config::from_env().timeout).
   ucx_backend(store& kv, int rank, int size,
-              std::chrono::duration<double> timeout = std::chrono::seconds(300));
+              std::optional<std::chrono::duration<double>> timeout = std::nullopt);
   // From distcomm::bootstrap(); keeps j.kv alive. A one-rank job needs no store.
   explicit ucx_backend(const job& j,
-                       std::chrono::duration<double> timeout = std::chrono::seconds(300));
+                       std::optional<std::chrono::duration<double>> timeout = std::nullopt);
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
