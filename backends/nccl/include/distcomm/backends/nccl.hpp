@@ -12,7 +12,7 @@
 // request completes with its whole group, and groups run one after the other on the stream.
 // strategy::ring, tree and parameter_server run on this backend through memory() (copies and
 // CUDA reduction kernels on the same stream) and post their operations round by round so that
-// every group is matched by the peers' groups of the same round (strategy/algorithms.hpp).
+// every group is matched by the peers' groups of the same round (strategy/algorithms/common.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
