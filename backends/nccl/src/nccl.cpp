@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "distcomm/backends/cuda_kernels.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/cuda/kernels.hpp"
 #include "errors.hpp"
 
 namespace distcomm {

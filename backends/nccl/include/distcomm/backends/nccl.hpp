@@ -52,9 +52,9 @@ bytes share_from_rank0(store& kv, int rank, const std::string& key, std::size_t 
 }  // namespace detail
 
 // The memory operations of the point-to-point strategies (backend.hpp) on device memory: copies
-// (cudaMemcpyAsync) and the kernels of cuda_kernels.hpp, enqueued on the backend's stream, so they
-// are ordered with its sends and receives. Scratch space is one grow-only cudaMalloc buffer of
-// the backend, freed with it. A handle: copies share the backend's state.
+// (cudaMemcpyAsync) and the kernels of distcomm/cuda/kernels.hpp, enqueued on the backend's stream,
+// so they are ordered with its sends and receives. Scratch space is one grow-only cudaMalloc buffer
+// of the backend, freed with it. A handle: copies share the backend's state.
 class nccl_memory {
  public:
   void copy(void* dst, const void* src, std::size_t bytes);
