@@ -38,6 +38,7 @@ class DistCommConan(ConanFile):
         "with_gloo": [True, False],
         "with_ucx": [True, False],
         "with_nccl": [True, False],
+        "with_cuda": [True, False],
     }
     # Core and the local backend only, unless a transport is asked for: each needs a system
     # library (see above).
@@ -48,9 +49,10 @@ class DistCommConan(ConanFile):
         "with_gloo": False,
         "with_ucx": False,
         "with_nccl": False,
+        "with_cuda": False,
     }
     exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*",
-                       "backends/*", "tools/*")
+                       "cuda/*", "backends/*", "tools/*")
 
     def set_version(self):
         # One version, the one in project(DistComm VERSION ...).
@@ -67,6 +69,8 @@ class DistCommConan(ConanFile):
     def configure(self):
         if self.options.shared:
             self.options.rm_safe("fPIC")
+        if self.options.with_nccl:
+            self.options.with_cuda = True  # the nccl backend is built on the CUDA layer
 
     def layout(self):
         cmake_layout(self, src_folder=".")
@@ -82,6 +86,8 @@ class DistCommConan(ConanFile):
             raise ConanInvalidConfiguration("DistComm needs POSIX sockets and processes")
         if self.options.with_nccl and self.settings.os != "Linux":
             raise ConanInvalidConfiguration("with_nccl needs Linux (CUDA and NCCL)")
+        if self.options.with_cuda and self.settings.os != "Linux":
+            raise ConanInvalidConfiguration("with_cuda needs Linux (the CUDA toolkit)")
 
     def generate(self):
         tc = CMakeToolchain(self)
@@ -94,6 +100,8 @@ class DistCommConan(ConanFile):
         for backend in _BACKENDS:
             enabled = bool(self.options.get_safe(f"with_{backend}"))
             tc.cache_variables[f"DISTCOMM_WITH_{backend.upper()}"] = "ON" if enabled else "OFF"
+        # The CUDA layer (DistComm::cuda: kernels, cuda::fusion, cuda::host_staged) likewise.
+        tc.cache_variables["DISTCOMM_WITH_CUDA"] = "ON" if self.options.with_cuda else "OFF"
         tc.generate()
         CMakeDeps(self).generate()
 
@@ -176,14 +184,25 @@ class DistCommConan(ConanFile):
             ucx.requires = ["core"]
             self._add_system_module(ucx, ("ucx",))
 
+        # The CUDA toolkit's folders, for the components whose headers include CUDA's.
+        cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        cuda_home_found = os.path.isdir(os.path.join(cuda_home, "lib64"))
+
+        if self.options.with_cuda:
+            cuda = self.cpp_info.components["cuda"]
+            cuda.set_property("cmake_target_name", "DistComm::cuda")
+            cuda.set_property("pkg_config_name", "distcomm-cuda")
+            cuda.libs = ["distcomm_cuda"]
+            cuda.requires = ["core"]
+            cuda.system_libs = ["cudart"]
+            if cuda_home_found:
+                cuda.libdirs.append(os.path.join(cuda_home, "lib64"))
+                cuda.includedirs.append(os.path.join(cuda_home, "include"))
+
         if self.options.with_nccl:
             nccl = self.cpp_info.components["nccl"]
             nccl.set_property("cmake_target_name", "DistComm::nccl")
             nccl.set_property("pkg_config_name", "distcomm-nccl")
             nccl.libs = ["distcomm_nccl"]
-            nccl.requires = ["core"]
-            nccl.system_libs = ["nccl", "cudart"]
-            cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-            if os.path.isdir(os.path.join(cuda_home, "lib64")):
-                nccl.libdirs.append(os.path.join(cuda_home, "lib64"))
-                nccl.includedirs.append(os.path.join(cuda_home, "include"))
+            nccl.requires = ["core", "cuda"]
+            nccl.system_libs = ["nccl"]  # cudart and CUDA's folders come with cuda

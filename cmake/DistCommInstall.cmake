@@ -15,9 +15,10 @@ set(DISTCOMM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/DistComm"
 mark_as_advanced(DISTCOMM_INSTALL_CMAKEDIR)
 
 # Every component DistComm knows of; a component is built when its target distcomm_<name> exists.
-# core always is; the backends are added conditionally by their own CMakeLists; init (the
-# registries and distcomm::init()) links every backend that was built.
-set(DISTCOMM_KNOWN_COMPONENTS core local ${DISTCOMM_OPTIONAL_BACKENDS} init)
+# core always is; cuda (the CUDA layer, cuda/) and the backends are added conditionally by their
+# own CMakeLists, cuda before nccl, which links it; init (the registries and distcomm::init())
+# links every backend that was built.
+set(DISTCOMM_KNOWN_COMPONENTS core local cuda ${DISTCOMM_OPTIONAL_BACKENDS} init)
 
 set(DISTCOMM_BUILT_COMPONENTS "")
 set(_distcomm_install_targets "")
@@ -43,7 +44,8 @@ foreach(_target IN LISTS _distcomm_install_targets)
   endif()
 endforeach()
 
-# ---- headers: include/ (core, strategies, fusion, communicator) and each built backend's ---------
+# ---- headers: include/ (core, strategies, fusion, communicator), cuda/include and each built --
+# ---- backend's ---------------------------------------------------------------------------------
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/"
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
         COMPONENT DistComm_Development
@@ -53,6 +55,9 @@ install(FILES "${PROJECT_BINARY_DIR}/include/distcomm/backends/built.hpp"
         COMPONENT DistComm_Development)
 foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
   set(_dir "${PROJECT_SOURCE_DIR}/backends/${_comp}/include")
+  if(NOT IS_DIRECTORY "${_dir}")
+    set(_dir "${PROJECT_SOURCE_DIR}/${_comp}/include")  # a layer of its own: cuda/
+  endif()
   if(IS_DIRECTORY "${_dir}")
     install(DIRECTORY "${_dir}/"
             DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
@@ -261,22 +266,28 @@ foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
     _distcomm_pc_gloo(_libs)
   elseif(_comp STREQUAL "ucx")
     set(_requires ucx)
-  elseif(_comp STREQUAL "nccl")
-    # <cuda_runtime_api.h> and <nccl.h> are in its headers; CUDA's pkg-config modules are named
-    # after the toolkit version (cudart-13.0), so the directories are given directly (from the
-    # cache: the backend's find_package results are local to its directory).
+  elseif(_comp STREQUAL "cuda" OR _comp STREQUAL "nccl")
+    # <cuda_runtime_api.h> (and nccl's <nccl.h>) are in its headers; CUDA's pkg-config modules
+    # are named after the toolkit version (cudart-13.0), so the directories are given directly
+    # (from the cache: find_package results are local to the component's directory).
     get_filename_component(_cuda_lib_dir "${CUDA_cudart_LIBRARY}" DIRECTORY)
     get_filename_component(_cuda_include_dir "${_cuda_lib_dir}/../include" ABSOLUTE)
-    get_filename_component(_nccl_lib_dir "${NCCL_LIBRARY}" DIRECTORY)
-    set(_dirs "${_cuda_include_dir}" "${NCCL_INCLUDE_DIR}")
+    set(_dirs "${_cuda_include_dir}")
+    set(_lib_dirs "${_cuda_lib_dir}")
+    set(_public_libs "-lcudart")
+    if(_comp STREQUAL "nccl")
+      get_filename_component(_nccl_lib_dir "${NCCL_LIBRARY}" DIRECTORY)
+      list(APPEND _dirs "${NCCL_INCLUDE_DIR}")
+      list(APPEND _lib_dirs "${_nccl_lib_dir}")
+      set(_public_libs "-lnccl -lcudart")
+    endif()
     list(REMOVE_DUPLICATES _dirs)
     list(TRANSFORM _dirs PREPEND "-I")
     list(JOIN _dirs " " _cflags)
-    set(_dirs "${_cuda_lib_dir}" "${_nccl_lib_dir}")
-    list(REMOVE_DUPLICATES _dirs)
-    list(TRANSFORM _dirs PREPEND "-L")
-    list(JOIN _dirs " " _public_libs)
-    string(APPEND _public_libs " -lnccl -lcudart")
+    list(REMOVE_DUPLICATES _lib_dirs)
+    list(TRANSFORM _lib_dirs PREPEND "-L")
+    list(JOIN _lib_dirs " " _lib_dirs)
+    set(_public_libs "${_lib_dirs} ${_public_libs}")
   endif()
 
   get_target_property(_type distcomm_${_comp} TYPE)

@@ -11,7 +11,7 @@
 #include <functional>
 #include <vector>
 
-#include "distcomm/backends/cuda_kernels.hpp"
+#include "distcomm/cuda/kernels.hpp"
 
 namespace {
 

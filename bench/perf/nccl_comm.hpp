@@ -17,11 +17,11 @@
 
 #include "check.hpp"
 #include "distcomm/backend.hpp"
-#include "distcomm/backends/cuda_fusion.hpp"
 #include "distcomm/backends/nccl.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/tensor_view.hpp"
+#include "distcomm/cuda/fusion.hpp"
 #include "distcomm/strategy/native.hpp"
 
 namespace distcomm::bench {

@@ -123,7 +123,7 @@ class communicator {
       throw invalid_argument_error(std::string("grouped allreduce: backend '") + Backend::name +
                                    "' moves device memory, which fusion::buffer cannot pack; "
                                    "use communicator<..., cuda::fusion> (from "
-                                   "<distcomm/backends/cuda_fusion.hpp>) or fusion::none");
+                                   "<distcomm/cuda/fusion.hpp>) or fusion::none");
     }
     const auto fp = check::grouped_fingerprint(tensors, static_cast<int>(op), check_.settings());
     guarded("grouped allreduce", fp, [&](deadline until) {

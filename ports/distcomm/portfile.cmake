@@ -24,6 +24,7 @@ vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
     gloo DISTCOMM_WITH_GLOO
     ucx  DISTCOMM_WITH_UCX
     nccl DISTCOMM_WITH_NCCL
+    cuda DISTCOMM_WITH_CUDA
 )
 
 vcpkg_cmake_configure(

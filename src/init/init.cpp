@@ -11,7 +11,7 @@
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #if DISTCOMM_BUILT_NCCL
-#include "distcomm/backends/cuda_fusion.hpp"
+#include "distcomm/cuda/fusion.hpp"
 #endif
 
 namespace distcomm {

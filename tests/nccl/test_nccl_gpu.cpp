@@ -14,12 +14,12 @@
 #include <iterator>
 #include <vector>
 
-#include "distcomm/backends/cuda_fusion.hpp"
-#include "distcomm/backends/cuda_kernels.hpp"
 #include "distcomm/backends/nccl.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/cuda/fusion.hpp"
+#include "distcomm/cuda/kernels.hpp"
 #include "distcomm/fusion/none.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
 

@@ -1,16 +1,14 @@
-// Turning CUDA and NCCL status codes into DistComm's exceptions, in one place for the backend,
-// the kernels and the fusion buffer.
+// Turning NCCL status codes into DistComm's exceptions, in one place for the backend; CUDA's are
+// turned by the CUDA layer's check_cuda (distcomm/cuda/check.hpp).
 #pragma once
 
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <string>
 
-namespace distcomm::detail {
+#include "distcomm/cuda/check.hpp"
 
-// Throws backend_error("nccl", routine, code, cudaGetErrorString(code)) unless code is success.
-void check_cuda(cudaError_t code, const char* routine);
+namespace distcomm::detail {
 
 // Throws for a failed NCCL call: ncclRemoteError (a peer failed or left) as peer_lost_error,
 // ncclInvalidArgument / ncclInvalidUsage as invalid_argument_error, anything else as

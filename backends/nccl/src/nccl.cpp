@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "distcomm/backends/cuda_kernels.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/cuda/kernels.hpp"
 #include "errors.hpp"
 
 namespace distcomm {

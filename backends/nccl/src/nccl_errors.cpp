@@ -4,12 +4,6 @@
 
 namespace distcomm::detail {
 
-void check_cuda(cudaError_t code, const char* routine) {
-  if (code == cudaSuccess) return;
-  throw backend_error("nccl", routine, static_cast<long>(code),
-                      std::string(cudaGetErrorName(code)) + ": " + cudaGetErrorString(code));
-}
-
 std::string describe_nccl(ncclResult_t code, const char* routine, ncclComm_t comm) {
   std::string what = std::string(routine) + ": " + ncclGetErrorString(code);
   // ncclGetLastError(nullptr) reports the last error of any communicator of this process.

@@ -10,7 +10,11 @@
 
 #include "distcomm/config.hpp"
 #include "distcomm/core/partition.hpp"
-#include "distcomm/strategy/algorithms.hpp"
+#include "distcomm/strategy/algorithms/barrier.hpp"
+#include "distcomm/strategy/algorithms/common.hpp"
+#include "distcomm/strategy/algorithms/ring.hpp"
+#include "distcomm/strategy/algorithms/sharded.hpp"
+#include "distcomm/strategy/algorithms/tree.hpp"
 
 namespace distcomm::strategy {
 

@@ -116,7 +116,7 @@ decltype(auto) memory_of(B& b, scratch& s) {
 // and groups run one after the other in stream order. A receive posted steps ahead of the send
 // that feeds it would then sit in a group that can only finish after a later group: so on such a
 // backend the algorithms post round by round, every round one group whose receives are matched by
-// the same round's sends on the peers (see algorithms.hpp).
+// the same round's sends on the peers (see algorithms/common.hpp).
 template <class B>
 inline constexpr bool lockstep = moves_device_memory<B>::value;
 

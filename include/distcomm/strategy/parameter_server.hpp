@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/strategy/algorithms/sharded.hpp"
 #include "distcomm/strategy/base.hpp"
 
 namespace distcomm::strategy {

@@ -3,6 +3,7 @@
 // strategy, while every round moves the whole buffer: the choice for buffers of a few KiB and less.
 #pragma once
 
+#include "distcomm/strategy/algorithms/recursive_doubling.hpp"
 #include "distcomm/strategy/base.hpp"
 
 namespace distcomm::strategy {

@@ -2,6 +2,7 @@
 // followed by a ring allgather. Cost 2(p-1)·alpha + 2(p-1)/p·n·beta: the choice for large buffers.
 #pragma once
 
+#include "distcomm/strategy/algorithms/ring.hpp"
 #include "distcomm/strategy/base.hpp"
 
 namespace distcomm::strategy {

@@ -2,6 +2,7 @@
 // About 2·log2(p) message latencies instead of the ring's 2(p-1): the choice for small buffers.
 #pragma once
 
+#include "distcomm/strategy/algorithms/tree.hpp"
 #include "distcomm/strategy/base.hpp"
 
 namespace distcomm::strategy {

@@ -12,7 +12,7 @@
 // request completes with its whole group, and groups run one after the other on the stream.
 // strategy::ring, tree and parameter_server run on this backend through memory() (copies and
 // CUDA reduction kernels on the same stream) and post their operations round by round so that
-// every group is matched by the peers' groups of the same round (strategy/algorithms.hpp).
+// every group is matched by the peers' groups of the same round (strategy/algorithms/common.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -53,9 +53,9 @@ bytes share_from_rank0(store& kv, int rank, const std::string& key, std::size_t 
 }  // namespace detail
 
 // The memory operations of the point-to-point strategies (backend.hpp) on device memory: copies
-// (cudaMemcpyAsync) and the kernels of cuda_kernels.hpp, enqueued on the backend's stream, so they
-// are ordered with its sends and receives. Scratch space is one grow-only cudaMalloc buffer of
-// the backend, freed with it. A handle: copies share the backend's state.
+// (cudaMemcpyAsync) and the kernels of distcomm/cuda/kernels.hpp, enqueued on the backend's stream,
+// so they are ordered with its sends and receives. Scratch space is one grow-only cudaMalloc buffer
+// of the backend, freed with it. A handle: copies share the backend's state.
 class nccl_memory {
  public:
   void copy(void* dst, const void* src, std::size_t bytes);

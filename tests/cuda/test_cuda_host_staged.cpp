@@ -3,7 +3,7 @@
 // (staged whole-buffer, gloo's allreduce) and strategy::ring (staged sends and receives, CUDA
 // reductions), and a grouped allreduce through cuda::fusion; each rank checks bit for bit
 // against the host reference, which it computes from both ranks' (deterministic) inputs.
-// Run as `test_nccl_host_staged --launch <distcomm-run>`: without a CUDA device it prints why and
+// Run as `test_cuda_host_staged --launch <distcomm-run>`: without a CUDA device it prints why and
 // exits 77 (skipped); otherwise it starts itself as two ranks under distcomm-run.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cuda_runtime_api.h>
@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "distcomm/backends/cuda_fusion.hpp"
 #include "distcomm/backends/gloo.hpp"
-#include "distcomm/backends/host_staged.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/cuda/fusion.hpp"
+#include "distcomm/cuda/host_staged.hpp"
 #include "distcomm/fusion/none.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--launch") {
     // Two ranks of this program, both on device 0, under distcomm-run (which bounds the job).
     execl(argv[2], argv[2], "-np", "2", "--timeout", "120", argv[0], static_cast<char*>(nullptr));
-    std::perror("test_nccl_host_staged: cannot start distcomm-run");
+    std::perror("test_cuda_host_staged: cannot start distcomm-run");
     return 1;
   }
   the_config = dc::config::from_env();

@@ -9,9 +9,9 @@
 #include <string>
 #include <type_traits>
 
-#include "distcomm/backends/cuda_kernels.hpp"
 #include "distcomm/core/error.hpp"
-#include "errors.hpp"
+#include "distcomm/cuda/check.hpp"
+#include "distcomm/cuda/kernels.hpp"
 
 namespace distcomm::cuda {
 namespace {

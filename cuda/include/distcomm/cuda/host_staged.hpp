@@ -144,7 +144,7 @@ class staging : public std::enable_shared_from_this<staging> {
 }  // namespace detail
 
 // The memory operations of host_staged (backend.hpp): copies and the kernels of
-// cuda_kernels.hpp on the backend's stream. A handle: copies share the backend's state.
+// cuda/kernels.hpp on the backend's stream. A handle: copies share the backend's state.
 class staged_memory {
  public:
   explicit staged_memory(detail::staging* s) noexcept : s_(s) {}

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "distcomm/backend.hpp"
-#include "distcomm/backends/cuda_kernels.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/core/span.hpp"
 #include "distcomm/core/tensor_view.hpp"
+#include "distcomm/cuda/kernels.hpp"
 #include "distcomm/strategy/detail.hpp"
 
 namespace distcomm::cuda {

@@ -1,12 +1,12 @@
-#include "distcomm/backends/host_staged.hpp"
+#include "distcomm/cuda/host_staged.hpp"
 
 #include <algorithm>
 #include <thread>
 
-#include "distcomm/backends/cuda_kernels.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
-#include "errors.hpp"
+#include "distcomm/cuda/check.hpp"
+#include "distcomm/cuda/kernels.hpp"
 
 namespace distcomm::cuda {
 namespace detail {

@@ -1,9 +1,9 @@
-#include "distcomm/backends/cuda_fusion.hpp"
+#include "distcomm/cuda/fusion.hpp"
 
 #include <string>
 
 #include "distcomm/core/error.hpp"
-#include "errors.hpp"
+#include "distcomm/cuda/check.hpp"
 
 namespace distcomm::cuda {
 
