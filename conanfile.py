@@ -50,7 +50,7 @@ class DistCommConan(ConanFile):
         "with_nccl": False,
     }
     exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*",
-                       "backends/*", "tools/*")
+                       "backends/*", "plugins/*", "tools/*")
 
     def set_version(self):
         # One version, the one in project(DistComm VERSION ...).
@@ -149,6 +149,17 @@ class DistCommConan(ConanFile):
         local.set_property("pkg_config_name", "distcomm")  # distcomm.pc: core and local
         local.libs = ["distcomm_local"]
         local.requires = ["core"]
+
+        # Backend plugins: the C ABI header (header-only) and the loader with plugin_backend.
+        plugin_abi = self.cpp_info.components["plugin_abi"]
+        plugin_abi.set_property("cmake_target_name", "DistComm::plugin_abi")
+        plugin_abi.libs = []
+        plugin = self.cpp_info.components["plugin"]
+        plugin.set_property("cmake_target_name", "DistComm::plugin")
+        plugin.libs = ["distcomm_plugin"]
+        plugin.requires = ["core", "plugin_abi"]
+        if self.settings.os in ("Linux", "FreeBSD"):
+            plugin.system_libs = ["dl"]
 
         if self.options.with_mpi:
             mpi = self.cpp_info.components["mpi"]
