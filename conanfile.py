@@ -52,7 +52,7 @@ class DistCommConan(ConanFile):
         "with_cuda": False,
     }
     exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*",
-                       "cuda/*", "backends/*", "tools/*")
+                       "cuda/*", "backends/*", "plugins/*", "tools/*")
 
     def set_version(self):
         # One version, the one in project(DistComm VERSION ...).
@@ -158,6 +158,17 @@ class DistCommConan(ConanFile):
         local.libs = ["distcomm_local"]
         local.requires = ["core"]
 
+        # Backend plugins: the C ABI header (header-only) and the loader with plugin_backend.
+        plugin_abi = self.cpp_info.components["plugin_abi"]
+        plugin_abi.set_property("cmake_target_name", "DistComm::plugin_abi")
+        plugin_abi.libs = []
+        plugin = self.cpp_info.components["plugin"]
+        plugin.set_property("cmake_target_name", "DistComm::plugin")
+        plugin.libs = ["distcomm_plugin"]
+        plugin.requires = ["core", "plugin_abi"]
+        if self.settings.os in ("Linux", "FreeBSD"):
+            plugin.system_libs = ["dl"]
+
         if self.options.with_mpi:
             mpi = self.cpp_info.components["mpi"]
             mpi.set_property("cmake_target_name", "DistComm::mpi")
@@ -206,3 +217,9 @@ class DistCommConan(ConanFile):
             nccl.libs = ["distcomm_nccl"]
             nccl.requires = ["core", "cuda"]
             nccl.system_libs = ["nccl"]  # cudart and CUDA's folders come with cuda
+
+        # distcomm::init() and the backend registry: every component this package was built with.
+        init = self.cpp_info.components["init"]
+        init.set_property("cmake_target_name", "DistComm::init")
+        init.libs = ["distcomm_init"]
+        init.requires = [name for name in self.cpp_info.components if name != "init"]

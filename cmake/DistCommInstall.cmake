@@ -16,9 +16,10 @@ mark_as_advanced(DISTCOMM_INSTALL_CMAKEDIR)
 
 # Every component DistComm knows of; a component is built when its target distcomm_<name> exists.
 # core always is; cuda (the CUDA layer, cuda/) and the backends are added conditionally by their
-# own CMakeLists, cuda before nccl, which links it; init (the registries and distcomm::init())
-# links every backend that was built.
-set(DISTCOMM_KNOWN_COMPONENTS core local cuda ${DISTCOMM_OPTIONAL_BACKENDS} init)
+# own CMakeLists, cuda before nccl, which links it. plugin_abi (the C header of backend plugins)
+# and plugin (their loader and plugin_backend) are always built; init (the registries and
+# distcomm::init()) links every other component that was built.
+set(DISTCOMM_KNOWN_COMPONENTS core local cuda ${DISTCOMM_OPTIONAL_BACKENDS} plugin_abi plugin init)
 
 set(DISTCOMM_BUILT_COMPONENTS "")
 set(_distcomm_install_targets "")
@@ -53,6 +54,13 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/"
 install(FILES "${PROJECT_BINARY_DIR}/include/distcomm/backends/built.hpp"
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/distcomm/backends"
         COMPONENT DistComm_Development)
+# The plugin ABI's C header, the export side and the loader (plugins/).
+foreach(_dir "${PROJECT_SOURCE_DIR}/plugins/include" "${PROJECT_SOURCE_DIR}/plugins/loader/include")
+  install(DIRECTORY "${_dir}/"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
+          COMPONENT DistComm_Development
+          FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+endforeach()
 foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
   set(_dir "${PROJECT_SOURCE_DIR}/backends/${_comp}/include")
   if(NOT IS_DIRECTORY "${_dir}")
@@ -92,7 +100,8 @@ endif()
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/DistCommConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/cmake/DistCommConfig.cmake"
-  INSTALL_DESTINATION "${DISTCOMM_INSTALL_CMAKEDIR}")
+  INSTALL_DESTINATION "${DISTCOMM_INSTALL_CMAKEDIR}"
+  PATH_VARS DISTCOMM_INSTALL_PLUGINDIR)
 write_basic_package_version_file(
   "${PROJECT_BINARY_DIR}/cmake/DistCommConfigVersion.cmake"
   VERSION ${PROJECT_VERSION}
@@ -234,8 +243,9 @@ endif()
 set(_distcomm_pc_stage "${PROJECT_BINARY_DIR}/pkgconfig")
 set(_distcomm_pc_modules "")
 foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
-  # core and local share distcomm.pc; a backend's dependencies decide its fields.
-  if(_comp STREQUAL "local")
+  # core and local share distcomm.pc (plugins are for CMake builds); a backend's dependencies
+  # decide its fields.
+  if(_comp MATCHES "^(local|plugin_abi|plugin)$")
     continue()
   elseif(_comp STREQUAL "core")
     set(_module distcomm)

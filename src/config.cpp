@@ -45,7 +45,8 @@ const std::vector<setting_info> setting_rows = {
      "turns the check off. Must be the same on every rank."},
     {"DISTCOMM_BACKEND", "(fastest built for the job)",
      "Backend of distcomm::init() and of the tools when none is named: local, mpi, gloo, ucx, "
-     "nccl, or the name of a plugin (plugin:<name> for the plugin form of a built-in one)."},
+     "nccl, or a plugin's name (plugin:<name> loads the plugin even where that backend is "
+     "linked in)."},
     {"DISTCOMM_STRATEGY", "auto",
      "Allreduce strategy of distcomm::init() and of the tools when none is named: auto, ring, "
      "tree, rd, ps or native."},
@@ -91,7 +92,8 @@ bool parse_bool(const char* name, const std::string& value) {
                                " is not a boolean (use 1/0, true/false, yes/no, on/off)");
 }
 
-// Read by detect_world() and bootstrap() (docs/RENDEZVOUS.md), not by config.
+// Read by detect_world(), bootstrap() and the plugin loader (docs/RENDEZVOUS.md,
+// plugins/README.md), not by config.
 const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_RANK", "(from the launcher)", "This process's rank; overrides the launcher's."},
     {"DISTCOMM_WORLD_SIZE", "(from the launcher)", "Number of ranks; overrides the launcher's."},
@@ -110,6 +112,12 @@ const std::vector<setting_info> rendezvous_rows = {
      "Names this rank's job in the store handshake; a store refuses a rank of another job."},
     {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
      "Network interface or address the gloo backend's TCP transport uses."},
+    {"DISTCOMM_PLUGIN_PATH", "(unset)",
+     "Colon-separated folders searched for backend plugins (libdistcomm_backend_<name>.so) "
+     "before the installation's plugin folder."},
+    {"DISTCOMM_PLUGIN_OPTIONS", "(unset)",
+     "Free-form text handed to a backend plugin when it starts (its documentation says what it "
+     "takes)."},
 };
 
 // Read only by the tools and the project's scripts, documented where they are read; known so
@@ -225,16 +233,17 @@ config config::from_env(const env_lookup& getenv) {
     c.mismatch_check = parse_bool("DISTCOMM_MISMATCH_CHECK", v);
   }
   if (get("DISTCOMM_BACKEND", v)) {
-    // Plugins bring their own names, so only the spelling is checked here; distcomm::init() says
-    // which backends and plugins exist when the name is none of them.
-    const bool spelt = !v.empty() && std::all_of(v.begin(), v.end(), [](char ch) {
-      return std::islower(static_cast<unsigned char>(ch)) ||
-             std::isdigit(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == ':';
-    });
-    if (!spelt) {
+    // A built-in backend, or the name of a plugin (libdistcomm_backend_<name>.so), optionally
+    // written plugin:<name>.
+    const std::string name = v.rfind("plugin:", 0) == 0 ? v.substr(7) : v;
+    const bool plugin_name =
+        !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+          return std::isalnum(ch) || ch == '_' || ch == '-';
+        });
+    if (!plugin_name) {
       throw invalid_argument_error(quote("DISTCOMM_BACKEND", v) +
-                                   " is not a backend name (lower-case letters, digits, _ - :; "
-                                   "e.g. local, mpi, gloo, ucx, nccl)");
+                                   " is not a backend (local, mpi, gloo, ucx, nccl, or the name "
+                                   "of a plugin: letters, digits, '_' and '-')");
     }
     c.backend = v;
   }

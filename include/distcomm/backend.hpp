@@ -125,6 +125,45 @@ struct native_is_deterministic : std::false_type {};
 template <class B>
 struct native_is_deterministic<B, std::enable_if_t<B::native_is_deterministic>> : std::true_type {};
 
+// Run-time traits, for a backend that learns them only when it starts (plugin_backend, from the
+// plugin it loaded). Such a backend may have
+//   bool unreceived_messages_ok_now() const;  // consulted when the static trait allows them
+//   void fill_defaults(config& c);             // fills what c leaves to the backend (algo,
+//                                              // segment_bytes, fusion_cutoff) and may keep c
+// A communicator calls fill_defaults on its configuration before the static defaults apply.
+// Backends without them compile to exactly what they did before.
+template <class, class = void>
+struct has_unreceived_messages_ok_now : std::false_type {};
+template <class B>
+struct has_unreceived_messages_ok_now<
+    B, std::void_t<decltype(std::declval<const B&>().unreceived_messages_ok_now())>>
+    : std::true_type {};
+
+template <class B>
+bool unreceived_messages_ok_at(const B& b) noexcept {
+  if constexpr (!unreceived_messages_ok<B>::value) {
+    return false;
+  } else if constexpr (has_unreceived_messages_ok_now<B>::value) {
+    return b.unreceived_messages_ok_now();
+  } else {
+    return true;
+  }
+}
+
+template <class B, class C, class = void>
+struct has_fill_defaults : std::false_type {};
+template <class B, class C>
+struct has_fill_defaults<
+    B, C, std::void_t<decltype(std::declval<B&>().fill_defaults(std::declval<C&>()))>>
+    : std::true_type {};
+
+// c after the backend filled in what it decides at run time (nothing for most backends).
+template <class B, class C>
+C with_runtime_defaults(B& b, C c) {
+  if constexpr (has_fill_defaults<B, C>::value) b.fill_defaults(c);
+  return c;
+}
+
 }  // namespace detail
 
 // True when backend B has its own allreduce (strategy::native requires it).

@@ -59,7 +59,7 @@ class communicator {
 
   explicit communicator(Backend backend, config cfg = config::from_env())
       : backend_(std::move(backend)),
-        config_(with_backend_defaults(std::move(cfg))),
+        config_(with_backend_defaults(detail::with_runtime_defaults(backend_, std::move(cfg)))),
         strategy_(config_),
         fusion_(config_),
         check_(config_.mismatch_check && !moves_device,

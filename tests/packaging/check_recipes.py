@@ -20,6 +20,10 @@ import sys
 
 FAILURES = []
 
+# Components every build has (no dependency, no switch): no vcpkg feature, no Conan option, no
+# pkg-config module of their own.
+ALWAYS_BUILT = ("core", "local", "plugin_abi", "plugin")
+
 
 def check(ok, what, detail=""):
     """Records one check; prints it with its outcome."""
@@ -80,7 +84,7 @@ def installed_facts(prefix):
 
 def check_vcpkg(src, facts, installed):
     port = src / "ports" / "distcomm"
-    backends = [c for c in facts["components"] if c not in ("core", "local")]
+    backends = [c for c in facts["components"] if c not in ALWAYS_BUILT]
     try:
         manifest = json.loads((port / "vcpkg.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -101,7 +105,7 @@ def check_vcpkg(src, facts, installed):
         check(dep in deps, f"vcpkg.json depends on {dep}")
     features = manifest.get("features", {})
     check(sorted(features) == sorted(backends),
-          "vcpkg.json features are the CMake components less core and local",
+          "vcpkg.json features are the CMake components less those always built",
           f"features {sorted(features)}, components {sorted(backends)}")
     for name, feature in features.items():
         check(bool(feature.get("description")), f"vcpkg feature '{name}' has a description")
@@ -139,7 +143,7 @@ def check_vcpkg(src, facts, installed):
           f"named {sorted(mentioned)}, templates {sorted(templates)}")
     if installed:
         expected = {"distcomm"} | {f"distcomm-{c}" for c in installed["built"]
-                                   if c not in ("core", "local")}
+                                   if c not in ALWAYS_BUILT}
         check(expected <= installed["modules"],
               "every built component has its pkg-config module installed",
               f"missing {sorted(expected - installed['modules'])}")
@@ -176,7 +180,7 @@ def literal(node):
 
 
 def check_conan(src, facts, installed):
-    backends = [c for c in facts["components"] if c not in ("core", "local")]
+    backends = [c for c in facts["components"] if c not in ALWAYS_BUILT]
     path = src / "conanfile.py"
     try:
         tree = ast.parse(path.read_text(), str(path))

@@ -141,6 +141,7 @@ for component in "${components[@]}"; do
   case "$component" in
     core) modules+=(distcomm) ;;
     local) ;;  # in distcomm.pc, with core
+    plugin_abi|plugin) ;;  # for CMake consumers (plugins/README.md)
     *) modules+=("distcomm-$component") ;;
   esac
 done

@@ -130,7 +130,9 @@ TEST_CASE("config: every variable is parsed") {
     }
   }
   SUBCASE("DISTCOMM_BACKEND") {
-    for (const char* b : {"local", "mpi", "gloo", "ucx", "nccl"}) {
+    // Built-in names, and plugins' (libdistcomm_backend_<name>.so).
+    for (const char* b :
+         {"local", "mpi", "gloo", "ucx", "nccl", "tcp", "plugin:gloo", "my-net_2"}) {
       CAPTURE(b);
       CHECK(from({{"DISTCOMM_BACKEND", b}}).backend == b);
     }
@@ -179,8 +181,9 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_DETERMINISTIC", "2"},
       {"DISTCOMM_DETERMINISTIC", "maybe"},
       {"DISTCOMM_MISMATCH_CHECK", "sometimes"},
-      {"DISTCOMM_BACKEND", "Gloo"},  // plugins bring any name, but spelt in lower case
+      {"DISTCOMM_BACKEND", "t/cp"},  // a plugin's name has no '/'
       {"DISTCOMM_BACKEND", "local "},
+      {"DISTCOMM_BACKEND", "plugin:"},
       {"DISTCOMM_STRATEGY", "fastest"},
       {"DISTCOMM_STRATEGY", "Ring"},
       {"DISTCOMM_LOG", "verbose"},

@@ -179,6 +179,7 @@ class call_check {
     const int p = b.size();
     if (!exchanges(p) || seq_ == 0) return;
     if constexpr (!distcomm::detail::unreceived_messages_ok<B>::value) return;
+    if (!distcomm::detail::unreceived_messages_ok_at(b)) return;
     try {
       call_fingerprint f;
       f.kind = static_cast<std::uint32_t>(call_kind::left);

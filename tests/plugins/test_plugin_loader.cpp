@@ -1,0 +1,158 @@
+// The plugin loader and plugin_backend's errors: every failure names the file, the symbol and what
+// to do. Broken plugins come from fixtures.c; a working one is the local backend's plugin.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "distcomm/communicator.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/plugin/loader.hpp"
+#include "distcomm/plugin/plugin_backend.hpp"
+
+namespace dc = distcomm;
+namespace pl = distcomm::plugin;
+
+namespace {
+
+const std::string fixtures = DISTCOMM_FIXTURE_DIR;
+
+#define CHECK_HAS(text, part) CHECK_MESSAGE((text).find(part) != std::string::npos, (text))
+
+// A lookup with only DISTCOMM_PLUGIN_PATH set.
+pl::env_lookup env_with_path(std::string path) {
+  return [path](const char* name) -> const char* {
+    return std::string(name) == "DISTCOMM_PLUGIN_PATH" ? path.c_str() : nullptr;
+  };
+}
+
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("no exception of the expected type");
+  return {};
+}
+
+std::string fixture(const char* kind) { return fixtures + "/" + pl::file_name(kind); }
+
+dc::plugin_backend::args alone() {
+  dc::plugin_backend::args a;
+  a.rank = 0;
+  a.size = 1;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("plugin loader: the search path is DISTCOMM_PLUGIN_PATH first, without duplicates") {
+  const auto dirs = pl::search_path(env_with_path("/a:/b::/a"));
+  REQUIRE(dirs.size() >= 2);
+  CHECK(dirs[0] == "/a");
+  CHECK(dirs[1] == "/b");
+  CHECK(std::count(dirs.begin(), dirs.end(), "/a") == 1);
+  // A program of the build tree also looks in the tree's lib folder, after the installation's.
+  CHECK(std::count(dirs.begin(), dirs.end(), DISTCOMM_BUILD_LIB_DIR) == 1);
+  CHECK(pl::file_name("tcp") == "libdistcomm_backend_tcp.so");
+}
+
+TEST_CASE("plugin loader: list() names every plugin visible, first folder wins") {
+  const auto found = pl::list(env_with_path(fixtures + ":" + DISTCOMM_BUILD_LIB_DIR));
+  std::map<std::string, std::string> by_name;
+  for (const auto& a : found) by_name[a.name] = a.path;
+  CHECK(by_name["badversion"] == fixture("badversion"));
+  CHECK(by_name["local"] == std::string(DISTCOMM_BUILD_LIB_DIR) + "/libdistcomm_backend_local.so");
+}
+
+TEST_CASE("plugin loader: a missing plugin names the file, the folders searched and the fix") {
+  const std::string m =
+      error_of<dc::invalid_argument_error>([] { pl::load("nosuch", env_with_path(fixtures)); });
+  CHECK_HAS(m, "'nosuch' not found");
+  CHECK_HAS(m, "libdistcomm_backend_nosuch.so");
+  CHECK_HAS(m, fixtures);
+  CHECK_HAS(m, "DISTCOMM_PLUGIN_PATH='" + fixtures + "'");
+  CHECK_HAS(m, "badversion");  // the plugins that are there
+  CHECK_HAS(m, "add the folder holding it to DISTCOMM_PLUGIN_PATH");
+}
+
+TEST_CASE("plugin loader: a file dlopen refuses names the file and dlopen's reason") {
+  const std::string path = fixtures + "/libdistcomm_backend_garbage.so";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("not a shared object\n", f);
+    std::fclose(f);
+  }
+  const std::string m =
+      error_of<dc::invalid_argument_error>([] { pl::load("garbage", env_with_path(fixtures)); });
+  std::remove(path.c_str());
+  CHECK_HAS(m, path + " cannot be loaded");
+  CHECK_HAS(m, "ldd " + path);
+  CHECK_HAS(m, "libdistcomm_backend_garbage.so:");  // dlerror() names the file too
+}
+
+TEST_CASE("plugin loader: a shared object without the ABI symbol names the symbols tried") {
+  const std::string m =
+      error_of<dc::invalid_argument_error>([] { pl::load("nosymbol", env_with_path(fixtures)); });
+  CHECK_HAS(m, fixture("nosymbol"));
+  CHECK_HAS(m, "exports none of the entry points distcomm_backend_plugin_v1");
+  CHECK_HAS(m, "rebuild it against this DistComm's distcomm_backend_v1.h");
+}
+
+TEST_CASE("plugin loader: a table of another version names the version and the symbol") {
+  const std::string m =
+      error_of<dc::invalid_argument_error>([] { pl::load("badversion", env_with_path(fixtures)); });
+  CHECK_HAS(m, fixture("badversion") + " (distcomm_backend_plugin_v1)");
+  CHECK_HAS(m, "version 99, expected 1");
+  CHECK_HAS(m, "Rebuild the plugin");
+}
+
+TEST_CASE("plugin loader: a table without a required function names it") {
+  const std::string m =
+      error_of<dc::invalid_argument_error>([] { pl::load("incomplete", env_with_path(fixtures)); });
+  CHECK_HAS(m, fixture("incomplete"));
+  CHECK_HAS(m, "lacks required functions: isend");
+}
+
+TEST_CASE("plugin_backend: an init that fails raises the plugin's error kind and text") {
+  const std::string m = error_of<dc::rendezvous_error>(
+      [] { dc::plugin_backend::open(fixture("initfails"), alone(), dc::config{}); });
+  CHECK_HAS(m, fixture("initfails"));
+  CHECK_HAS(m, "('fixture') failed to initialise rank 0 of 1");
+  CHECK_HAS(m, "cannot reach the fabric manager at 10.0.0.1");
+}
+
+TEST_CASE("plugin_backend: a plugin of device memory is refused by name") {
+  const std::string m = error_of<dc::invalid_argument_error>(
+      [] { dc::plugin_backend::open(fixture("device"), alone(), dc::config{}); });
+  CHECK_HAS(m, fixture("device"));
+  CHECK_HAS(m, "moves CUDA device memory");
+}
+
+TEST_CASE("plugin_backend: the local plugin, a world of one, through a communicator") {
+  auto b = dc::plugin_backend::open(
+      std::string(DISTCOMM_BUILD_LIB_DIR) + "/" + pl::file_name("local"), alone(), dc::config{});
+  CHECK(b.plugin_name() == "local");
+  CHECK(b.rank() == 0);
+  CHECK(b.size() == 1);
+  CHECK(b.plugin_has("allreduce"));
+  CHECK(b.unreceived_messages_ok_now());
+  dc::config c;
+  b.fill_defaults(c);
+  CHECK(c.algo.to_string() == "tree:0-128K;native:128K-max");  // the local backend's own table
+  dc::communicator<dc::plugin_backend> comm(std::move(b), dc::config{});
+  std::vector<float> v = {1.0f, 2.0f};
+  comm.allreduce(dc::view(v));
+  CHECK(v == std::vector<float>{1.0f, 2.0f});
+  // A plugin's failure keeps its kind and names the plugin: a peer outside the world.
+  int x = 0;
+  const std::string m =
+      error_of<dc::invalid_argument_error>([&] { (void)comm.backend().isend(&x, sizeof x, 5, 1); });
+  CHECK_HAS(m, "local");
+}
