@@ -164,6 +164,24 @@ C with_runtime_defaults(B& b, C c) {
   return c;
 }
 
+// The name of backend b for messages: a backend that learns its name at run time (plugin_backend)
+// has `plugin_name()`; the others are called B::name.
+template <class, class = void>
+struct has_plugin_name : std::false_type {};
+template <class B>
+struct has_plugin_name<B, std::void_t<decltype(std::declval<const B&>().plugin_name().c_str())>>
+    : std::true_type {};
+
+template <class B>
+const char* backend_name_of(const B& b) noexcept {
+  if constexpr (has_plugin_name<B>::value) {
+    return b.plugin_name().c_str();
+  } else {
+    (void)b;
+    return B::name;
+  }
+}
+
 }  // namespace detail
 
 // True when backend B has its own allreduce (strategy::native requires it).

@@ -88,7 +88,7 @@ class communicator {
   int rank() const { return backend_.rank(); }
   int size() const { return backend_.size(); }
   // The names programs print and accept: "gloo", "ring" (registry/strategies.hpp).
-  const char* backend_name() const noexcept { return Backend::name; }
+  const char* backend_name() const noexcept { return detail::backend_name_of(backend_); }
   static const char* strategy_name() {
     const char* n = registered_name<Strategy>();
     return n ? n : detail::strategy_name<Strategy>::value;

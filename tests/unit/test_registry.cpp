@@ -3,6 +3,7 @@
 // distcomm-train-mlp under distcomm-run and mpirun).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -95,7 +96,7 @@ TEST_CASE(
   CHECK(dc::is_built_backend("local"));
   CHECK(!dc::is_built_backend("tcp"));
   const std::string e = error_of([] { dc::visit_backend("nope", quick(), [](auto) {}); });
-  CHECK(e.find("backend 'nope' is not built") != std::string::npos);
+  CHECK(e.find("backend 'nope' is neither built into this DistComm") != std::string::npos);
   CHECK(e.find(dc::join_names(dc::built_backends())) != std::string::npos);
 }
 
@@ -213,9 +214,22 @@ TEST_CASE("init: a process no launcher started is a job of one on the local back
   CHECK(dc::resolved_strategy({"", "recursive_doubling", quick()}) == "rd");
 }
 
+TEST_CASE("init: a plugin by name, and the plugin form of a built-in backend") {
+  // The build tree's lib folder is on the plugin search path of the build tree's programs.
+  dc::any_communicator comm = dc::init({"plugin:local", "ring", quick()});
+  CHECK(std::string(comm.backend_name()) == "local");
+  CHECK(std::string(comm.strategy_name()) == "ring");
+  std::vector<float> v(100, 3.0f);
+  comm.allreduce(dc::view(v));
+  CHECK(v[99] == 3.0f);
+  const auto names = dc::available_backends();
+  CHECK(std::count(names.begin(), names.end(), "local") == 1);  // built and plugin: listed once
+}
+
 TEST_CASE("init: unknown names fail before anything connects, naming what there is") {
   const std::string e = error_of([] { dc::init({"tpc", "", quick()}); });
-  CHECK(e.find("backend 'tpc'") != std::string::npos);
+  CHECK(e.find("backend 'tpc' is neither built") != std::string::npos);
+  CHECK(e.find("libdistcomm_backend_tpc.so") != std::string::npos);
   CHECK(e.find("local") != std::string::npos);
   CHECK(error_of([] {
           dc::init({"local", "fastest", quick()});

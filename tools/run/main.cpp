@@ -18,9 +18,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "distcomm/backends/built.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/plugin/loader.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "environment.hpp"
 #include "job.hpp"
@@ -127,6 +129,46 @@ void require_open_mpi(const std::string& mpirun) {
 
 }  // namespace
 
+namespace {
+
+// The ranks' backend must exist before N processes start to find out: a backend built into this
+// DistComm, or a plugin on the ranks' search path (DISTCOMM_PLUGIN_PATH, the installation's).
+void check_backend(const std::string& name, const distcomm::plugin::env_lookup& getenv) {
+  static const char* const built[] = {
+    "local",
+#if DISTCOMM_BUILT_MPI
+    "mpi",
+#endif
+#if DISTCOMM_BUILT_GLOO
+    "gloo",
+#endif
+#if DISTCOMM_BUILT_UCX
+    "ucx",
+#endif
+#if DISTCOMM_BUILT_NCCL
+    "nccl",
+#endif
+  };
+  std::string names;
+  for (const char* b : built) {
+    if (name == b) return;
+    names += (names.empty() ? "" : ", ") + std::string(b);
+  }
+  const std::string plugin = name.rfind("plugin:", 0) == 0 ? name.substr(7) : name;
+  std::string plugins;
+  for (const distcomm::plugin::available& p : distcomm::plugin::list(getenv)) {
+    if (p.name == plugin) return;
+    plugins += (plugins.empty() ? "" : ", ") + p.name;
+  }
+  throw launch_failure(exit_usage, "DISTCOMM_BACKEND='" + name +
+                                       "' is neither a backend built into DistComm (" + names +
+                                       ") nor a plugin on the search path (" +
+                                       (plugins.empty() ? std::string("none found") : plugins) +
+                                       "; DISTCOMM_PLUGIN_PATH adds folders)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ensure_standard_fds();
   options o;
@@ -219,6 +261,7 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (!config.backend.empty()) check_backend(config.backend, lookup_in(ranks.front()));
     // MPI processes must be started by MPI's own launcher (singletons cannot join each other):
     // mpirun starts the ranks, and is the one process watched here.
     const bool via_mpirun = config.backend == "mpi";

@@ -8,6 +8,7 @@
 // Needs DistComm::DistComm (every built backend). distcomm::init() (init.hpp) is built on it.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,8 @@
 #include "distcomm/backends/built.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/plugin/loader.hpp"
+#include "distcomm/plugin/plugin_backend.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 
@@ -104,6 +107,20 @@ inline nccl_backend make_nccl(const config& cfg) {
 }
 #endif
 
+// A plugin (plugins/README.md) over this process's job; its store is bootstrapped only when the
+// plugin first asks for it (an MPI plugin never does).
+inline plugin_backend make_plugin(const std::string& name, const config& cfg) {
+  const world_info w = detect_world();
+  plugin_backend::args a;
+  a.rank = w.rank;
+  a.size = w.size;
+  a.local_rank = w.local_rank;
+  a.local_size = w.local_size;
+  a.kv = [cfg] { return shared_job(cfg).kv; };
+  if (const char* o = std::getenv("DISTCOMM_PLUGIN_OPTIONS")) a.options = o;
+  return plugin_backend::open(name, a, cfg);
+}
+
 // The list, in the order of --help texts and of the README.
 inline const auto backend_table = std::make_tuple(
     backend_entry<local_backend>{
@@ -159,6 +176,17 @@ inline bool is_built_backend(const std::string& name) {
   return false;
 }
 
+// The names a program can take: the built backends, then the plugins on the search path whose
+// name no built backend has (plugin:<name> reaches the others).
+inline std::vector<std::string> available_backends() {
+  std::vector<std::string> names;
+  for (const backend_info& b : built_backends()) names.emplace_back(b.name);
+  for (const plugin::available& p : plugin::list()) {
+    if (!is_built_backend(p.name)) names.push_back(p.name);
+  }
+  return names;
+}
+
 // The backend distcomm::init() takes when none is named, for a job as detect_world() sees it.
 // Measured with 2 processes on one host (docs/PERFORMANCE.md, "Allreduce, 2 processes"):
 //  * a job of one: local (no transport at all);
@@ -181,26 +209,42 @@ inline std::string default_backend(const world_info& w) {
 }
 
 // Calls f(make) with a callable `make` that returns a new backend of the type named `name` for
-// this rank of the launched job, and returns f's result. invalid_argument_error when no built
-// backend has that name.
+// this rank of the launched job, and returns f's result: a built backend's own type, else (and
+// for `plugin:<name>`) plugin_backend over the plugin of that name. invalid_argument_error when
+// neither exists, naming what does.
 template <class F>
 auto visit_backend(const std::string& name, const config& cfg, F&& f) {
   using result = decltype(f(std::declval<detail::backend_maker<local_backend>>()));
   std::optional<std::conditional_t<std::is_void_v<result>, bool, result>> out;
-  bool found = false;
-  detail::for_each_backend_entry([&](const auto& e) {
-    if (found || name != e.info.name) return;
-    found = true;
-    const detail::backend_maker<typename std::decay_t<decltype(e)>::type> make{e.make, &cfg};
+  const auto call = [&](auto make) {
     if constexpr (std::is_void_v<result>) {
       f(make);
     } else {
       out.emplace(f(make));
     }
+  };
+  bool found = false;
+  detail::for_each_backend_entry([&](const auto& e) {
+    if (found || name != e.info.name) return;
+    found = true;
+    call(detail::backend_maker<typename std::decay_t<decltype(e)>::type>{e.make, &cfg});
   });
   if (!found) {
-    throw invalid_argument_error("backend '" + name + "' is not built into this DistComm (built: " +
-                                 join_names(built_backends()) + ")");
+    const std::string plugin = name.rfind("plugin:", 0) == 0 ? name.substr(7) : name;
+    plugin::library lib;
+    try {
+      lib = plugin::load(plugin);  // loaded now, so a missing plugin fails before f runs
+    } catch (const invalid_argument_error& e) {
+      throw invalid_argument_error("backend '" + name + "' is neither built into this DistComm (" +
+                                   join_names(built_backends()) +
+                                   ") nor a plugin found: " + e.what());
+    }
+    struct plugin_maker {
+      std::string name;
+      const config* cfg;
+      plugin_backend operator()() const { return detail::make_plugin(name, *cfg); }
+    };
+    call(plugin_maker{lib.path(), &cfg});
   }
   if constexpr (!std::is_void_v<result>) return std::move(*out);
 }
