@@ -323,11 +323,11 @@ class runner {
       for (std::size_t c = 0; c < N; ++c) {
         if (!v[c].ran) continue;
         const auto t0 = clock::now();
-        v[c].run();
+        for (int a = 0; a < o_.agg_iters; ++a) v[c].run();
         seconds[c] += std::chrono::duration<double>(clock::now() - t0).count();
       }
     }
-    for (double& s : seconds) s /= o_.iters;
+    for (double& s : seconds) s /= static_cast<double>(o_.iters) * o_.agg_iters;
     combine_times(seconds);
 
     std::array<std::int64_t, N> wrong{};
@@ -504,7 +504,8 @@ int run(Backend backend, const options& o, const process_env& env) {
     case strategy_kind::ps:
       return runner<communicator<Backend, st::parameter_server>>(std::move(backend), o, env).run();
     case strategy_kind::rd:
-      return runner<communicator<Backend, st::recursive_doubling>>(std::move(backend), o, env).run();
+      return runner<communicator<Backend, st::recursive_doubling>>(std::move(backend), o, env)
+          .run();
     case strategy_kind::native:
       if constexpr (has_native_allreduce_v<Backend>) {
         return runner<communicator<Backend, st::native>>(std::move(backend), o, env).run();
