@@ -174,7 +174,7 @@ class DistCommConan(ConanFile):
             mpi.set_property("cmake_target_name", "DistComm::mpi")
             mpi.set_property("pkg_config_name", "distcomm-mpi")
             mpi.libs = ["distcomm_mpi"]
-            mpi.requires = ["core"]
+            mpi.requires = ["local"]  # and core through it, as DistComm::mpi and distcomm-mpi.pc
             # The header includes <mpi.h>; the C API only, as FindMPI's MPI_CXX_SKIP_MPICXX.
             mpi.defines = ["OMPI_SKIP_MPICXX", "MPICH_SKIP_MPICXX"]
             self._add_system_module(mpi, ("ompi-c", "mpich", "impi"))
@@ -184,7 +184,7 @@ class DistCommConan(ConanFile):
             gloo.set_property("cmake_target_name", "DistComm::gloo")
             gloo.set_property("pkg_config_name", "distcomm-gloo")
             gloo.libs = ["distcomm_gloo"]
-            gloo.requires = ["core"]
+            gloo.requires = ["local"]  # and core through it, as DistComm::gloo and distcomm-gloo.pc
             gloo.system_libs = ["gloo"]  # libgloo-dev; gloo has no pkg-config module
 
         if self.options.with_ucx:
@@ -192,7 +192,7 @@ class DistCommConan(ConanFile):
             ucx.set_property("cmake_target_name", "DistComm::ucx")
             ucx.set_property("pkg_config_name", "distcomm-ucx")
             ucx.libs = ["distcomm_ucx"]
-            ucx.requires = ["core"]
+            ucx.requires = ["local"]  # and core through it, as DistComm::ucx and distcomm-ucx.pc
             self._add_system_module(ucx, ("ucx",))
 
         # The CUDA toolkit's folders, for the components whose headers include CUDA's.
@@ -215,7 +215,7 @@ class DistCommConan(ConanFile):
             nccl.set_property("cmake_target_name", "DistComm::nccl")
             nccl.set_property("pkg_config_name", "distcomm-nccl")
             nccl.libs = ["distcomm_nccl"]
-            nccl.requires = ["core", "cuda"]
+            nccl.requires = ["local", "cuda"]  # and core through them
             nccl.system_libs = ["nccl"]  # cudart and CUDA's folders come with cuda
 
         # distcomm::init() and the backend registry: every component this package was built with.

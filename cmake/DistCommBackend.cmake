@@ -1,6 +1,9 @@
 # distcomm_add_backend(<name> <sources>...): the target every backend is built as:
 # distcomm_<name> (alias DistComm::<name>, exported as <name>), its public headers in
-# backends/<name>/include, linked to DistComm::core. The caller adds its transport library.
+# backends/<name>/include, linked to DistComm::core and (every backend but local itself) to
+# DistComm::local: a program that offers a transport offers ranks as threads too, and the
+# pkg-config module distcomm-<name> requires distcomm (core and local) the same way. The caller
+# adds its transport library.
 # A backend with a plugin.cpp beside its CMakeLists.txt is also built as a plugin
 # (distcomm_add_backend_plugin below).
 function(distcomm_add_backend name)
@@ -12,6 +15,9 @@ function(distcomm_add_backend name)
     $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(distcomm_${name} PUBLIC distcomm_core PRIVATE distcomm_warnings)
+  if(NOT name STREQUAL "local")
+    target_link_libraries(distcomm_${name} PUBLIC distcomm_local)
+  endif()
   if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/plugin.cpp)
     distcomm_add_backend_plugin(${name} ${CMAKE_CURRENT_SOURCE_DIR}/plugin.cpp)
   endif()

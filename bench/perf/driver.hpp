@@ -318,11 +318,11 @@ class runner {
       for (std::size_t c = 0; c < N; ++c) {
         if (!v[c].ran) continue;
         const auto t0 = clock::now();
-        v[c].run();
+        for (int a = 0; a < o_.agg_iters; ++a) v[c].run();
         seconds[c] += std::chrono::duration<double>(clock::now() - t0).count();
       }
     }
-    for (double& s : seconds) s /= o_.iters;
+    for (double& s : seconds) s /= static_cast<double>(o_.iters) * o_.agg_iters;
     combine_times(seconds);
 
     std::array<std::int64_t, N> wrong{};

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   }
   db::options o;
   if (const int rc =
-          db::parse_options(static_cast<int>(args.size()), args.data(), {program, true}, o);
+          db::parse_options(static_cast<int>(args.size()), args.data(), {program, true, false}, o);
       rc >= 0) {
     return rc;
   }

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   namespace dc = distcomm;
   const char* program = "distcomm-bench-nccl";
   db::options o;
-  if (const int rc = db::parse_options(argc, argv, {program, false}, o); rc >= 0) return rc;
+  if (const int rc = db::parse_options(argc, argv, {program, false, false}, o); rc >= 0) return rc;
   return db::guarded_main(program, [&] {
     precheck_nccl(o);
     int devices = 0;

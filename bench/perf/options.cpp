@@ -49,6 +49,8 @@ std::size_t bytes_option(const std::string& text, const char* name) {
   return v;
 }
 
+}  // namespace
+
 // Checks across options, as usage errors.
 void validate(const options& o) {
   const auto fail = [](const std::string& what) { throw invalid_argument_error(what); };
@@ -73,9 +75,17 @@ void validate(const options& o) {
   if (!o.profile_file.empty() && o.coll != collective::allreduce) {
     fail("--profile times the grouped allreduce: it needs --collective allreduce");
   }
+  if (o.gpus_per_thread != 1) {
+    fail("-g " + std::to_string(o.gpus_per_thread) +
+         ": this benchmark drives one device per rank (nccl-tests' -g 1); start " +
+         std::to_string(o.gpus_per_thread) + " times the ranks instead");
+  }
+  if (o.graph_launches != 0) {
+    fail("-G " + std::to_string(o.graph_launches) +
+         ": DistComm does not capture its collectives in CUDA graphs (each is launched and "
+         "waited for on its own, most on the CPU); leave -G at 0");
+  }
 }
-
-}  // namespace
 
 const char* to_string(collective c) noexcept {
   switch (c) {
@@ -141,6 +151,11 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
   app.add_option("-n,--iters", o.iters, "Timed iterations per size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("-m,--agg_iters", o.agg_iters,
+                 "Collectives per timed iteration, run one after another (nccl-tests groups "
+                 "them; DistComm has no group launch); times are per collective")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup_iters,
                  "Warm-up iterations at the largest and "
                  "smallest size")
@@ -166,6 +181,18 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
   app.add_option("-r,--root", o.root, "Root of broadcast")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("-g,--ngpus", o.gpus_per_thread, "Devices per rank (nccl-tests'); only 1")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("-z,--blocking", o.blocking,
+                 "nccl-tests' blocking collectives; DistComm's return once complete, so 0 and 1 "
+                 "time the same")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  app.add_option("-G,--cudagraph", o.graph_launches,
+                 "CUDA graph launches (nccl-tests'); only 0: DistComm uses no CUDA graphs")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   if (cl.threads_option) {
     app.add_option("-t,--nthreads,--np", o.threads, "Ranks, as threads of this process")
         ->check(CLI::Range(1, 4096))
@@ -182,10 +209,13 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
       ->capture_default_str();
   app.add_option("--json", o.json_file, "Also write the results to this JSON file (rank 0)");
   app.add_option("--csv", o.csv_file, "Also write the results to this CSV file (rank 0)");
-  app.add_option("--peer", o.peer,
-                 "Interleave the raw library's own allreduce at every size: mpi (MPI_Allreduce "
-                 "on MPI_COMM_WORLD; needs mpirun) or gloo (gloo::allreduce)")
-      ->check(CLI::IsMember({"mpi", "gloo"}));
+  auto* peer = app.add_option("--peer", o.peer,
+                              "Interleave the raw library's own allreduce at every size: mpi "
+                              "(MPI_Allreduce on MPI_COMM_WORLD; needs mpirun) or gloo "
+                              "(gloo::allreduce)")
+                   ->check(CLI::IsMember({"mpi", "gloo"}));
+  // Still parsed where it cannot work, so that the program refuses it saying why; not offered.
+  if (!cl.peer_option) peer->group("");
   app.add_option("--profile", o.profile_file,
                  "Gradient set (one tensor element count per line): time one step fused, "
                  "unfused per tensor and as one flat buffer instead of the size sweep")

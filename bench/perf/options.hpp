@@ -25,6 +25,7 @@ struct options {
   std::size_t step_bytes = std::size_t{1} << 20;
   std::size_t step_factor = 1;  // > 1: multiply, else add step_bytes
   int iters = 20;
+  int agg_iters = 1;  // collectives per timed iteration, one after another (-m)
   int warmup_iters = 5;
   int check = 1;       // check iterations per size (0: no check)
   int average = 1;     // 0 rank 0, 1 mean, 2 min, 3 max across ranks
@@ -40,6 +41,10 @@ struct options {
   std::string peer;  // "", "mpi" or "gloo"
   std::string profile_file;
   int threads = 2;  // ranks of the local backend (threads of one process)
+  // nccl-tests options accepted for its scripts; validate() refuses what DistComm cannot do.
+  int gpus_per_thread = 1;  // -g: one device per rank only
+  int blocking = 0;         // -z: DistComm's collectives return once complete either way
+  int graph_launches = 0;   // -G: no CUDA graphs
 
   // The sizes one cycle visits, in bytes, as nccl-tests steps through them.
   std::vector<std::size_t> sizes() const;
@@ -47,13 +52,17 @@ struct options {
 
 // What an executable offers beyond the common options.
 struct command_line {
-  const char* program;  // "distcomm-bench-gloo"
-  bool threads_option;  // -t/--nthreads/--np (the local backend)
+  const char* program;      // "distcomm-bench-gloo"
+  bool threads_option;      // -t/--nthreads/--np (the local backend)
+  bool peer_option = true;  // --peer in --help (one rank per process, host memory)
 };
 
 // Parses argv into `out`. Returns -1 to go on, else the exit code: 0 after --help, non-zero after
 // a usage error (printed on stderr).
 int parse_options(int argc, char** argv, const command_line& cl, options& out);
+// Throws invalid_argument_error for options that do not go together, or that ask for what
+// DistComm does not do (parse_options calls it).
+void validate(const options& o);
 
 // Reads a --profile gradient set: one tensor's element count per line; blank lines and lines
 // starting with '#' are skipped. Throws invalid_argument_error naming the file and line.

@@ -104,9 +104,9 @@ void report::header() {
   std::printf("\n");
   std::printf(
       "# nThread %d nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
-      "iters: %d agg iters: 1 validation: %d graph: 0\n",
+      "iters: %d agg iters: %d validation: %d graph: 0\n",
       info_.threads, o_.min_bytes, o_.max_bytes, factor ? o_.step_factor : o_.step_bytes,
-      factor ? "factor" : "bytes", o_.warmup_iters, o_.iters, o_.check);
+      factor ? "factor" : "bytes", o_.warmup_iters, o_.iters, o_.agg_iters, o_.check);
   std::printf("#\n# Using devices\n");
   for (const std::string& line : info_.devices) std::printf("#  %s\n", line.c_str());
   if (!o_.profile_file.empty()) {
@@ -219,6 +219,7 @@ void report::write_json() const {
   j["fusion_tensors"] = o_.fusion_tensors;
   j["fusion_threshold"] = info_.fusion_threshold;
   j["iters"] = o_.iters;
+  j["agg_iters"] = o_.agg_iters;
   j["warmup_iters"] = o_.warmup_iters;
   j["check"] = o_.check;
   j["average"] = o_.average;

@@ -146,7 +146,9 @@ void train(Comm& comm, const options& o) {
         "deterministic %s\n"
         "  network %s (%zu parameters in %zu tensors), %zu training / %zu test samples\n"
         "  global batch %zu = %zu x %zu (shards of %zu), %zu steps per epoch, lr %g, "
-        "momentum %g, seed %llu\n",
+        "momentum %g, seed %llu\n"
+        "  comm: the share of rank 0's training time spent in the gradient allreduce, waiting "
+        "for the slowest rank included\n",
         world, world == 1 ? "" : "s", comm.backend_name(), comm.strategy_name(),
         distcomm::format_bytes(cfg.fusion_threshold).c_str(), cfg.deterministic ? "on" : "off",
         shape.to_string().c_str(), n, model.tensors().size(), data.train.size(), data.test.size(),

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -23,6 +24,28 @@ std::string trim(const std::string& s) {
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
+}
+
+// The power of two a size suffix (lower case) stands for, or -1 for none.
+int shift_of(const std::string& suffix) {
+  if (suffix.empty() || suffix == "b") return 0;
+  if (suffix == "k" || suffix == "kb" || suffix == "kib") return 10;
+  if (suffix == "m" || suffix == "mb" || suffix == "mib") return 20;
+  if (suffix == "g" || suffix == "gb" || suffix == "gib") return 30;
+  return -1;
+}
+
+// What to write instead of a fraction such as "1.5m": the same bytes in whole units (1536K)
+// when they are a whole number, else the advice.
+std::string whole_units_of(const std::string& fraction) {
+  const std::string advice = "write a whole number of bytes, K, M or G";
+  char* end = nullptr;
+  const double d = std::strtod(fraction.c_str(), &end);
+  const int shift = shift_of(end);
+  if (shift < 0 || !std::isfinite(d)) return advice;
+  const double bytes = std::ldexp(d, shift);
+  if (bytes != std::floor(bytes) || bytes >= std::ldexp(1.0, 63)) return advice;
+  return "write " + format_bytes(static_cast<std::size_t>(bytes)) + " instead";
 }
 
 }  // namespace
@@ -56,7 +79,7 @@ std::string format_bytes(std::size_t b) {
 
 std::size_t parse_bytes(const std::string& text, const std::string& source) {
   const std::string t = lower(trim(text));
-  const auto fail = [&](const char* why) {
+  const auto fail = [&](const std::string& why) {
     return invalid_argument_error(source + ": '" + text + "' is not a byte size (" + why +
                                   "; expected e.g. 4096, 64K, 1M, 2G or max)");
   };
@@ -67,18 +90,12 @@ std::size_t parse_bytes(const std::string& text, const std::string& source) {
   const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
   if (errno == ERANGE) throw fail("too large");
   const std::string suffix(end);
-  unsigned shift = 0;
-  if (suffix.empty() || suffix == "b") {
-    shift = 0;
-  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
-    shift = 10;
-  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
-    shift = 20;
-  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
-    shift = 30;
-  } else {
-    throw fail("unknown suffix");
+  if (suffix.size() > 1 && suffix[0] == '.' &&
+      std::isdigit(static_cast<unsigned char>(suffix[1]))) {
+    throw fail("fractions are not accepted: " + whole_units_of(t));
   }
+  const int shift = shift_of(suffix);
+  if (shift < 0) throw fail("unknown suffix");
   if (v > (static_cast<unsigned long long>(unbounded) >> shift)) throw fail("too large");
   return static_cast<std::size_t>(v << shift);
 }

@@ -2,7 +2,9 @@
 # Packaging test (ctest: consumer_find_package). Installs a DistComm build tree into a temporary
 # prefix, then, as a separate project in tests/consumer/:
 #   1. asks for a component that does not exist: configure must fail and name it;
-#   2. configures with find_package(DistComm 0.1 REQUIRED COMPONENTS local), builds, runs.
+#   2. configures with find_package(DistComm 0.1 REQUIRED COMPONENTS local OPTIONAL_COMPONENTS
+#      mpi gloo ucx), builds (DistComm::local, the umbrella, and a transport's target alone, which
+#      brings local) and runs.
 # The temporary prefix and build trees are removed on exit (DISTCOMM_KEEP_TMP=1 keeps them).
 #
 # usage: run.sh --build-dir DIR [--cmake CMAKE] [--generator GEN] [--make-program PROG]
@@ -87,7 +89,7 @@ if [[ "$joined" != *"requested but not built: nosuch."* || "$joined" != *"has: c
 fi
 sed -n '/Reason given by package/,/Configuring incomplete/p' "$tmp/bogus.log" | grep -v '^ *$' || true
 
-step "configure the consumer: find_package(DistComm 0.1 REQUIRED COMPONENTS local)"
+step "configure the consumer: find_package(DistComm 0.1 REQUIRED COMPONENTS local ...)"
 "$cmake" -S "$here" -B "$tmp/build" "${configure_args[@]}"
 found_dir="$(sed -n 's/^DistComm_DIR:PATH=//p' "$tmp/build/CMakeCache.txt")"
 if [[ "$found_dir" != "$tmp/prefix/"* ]]; then
@@ -100,9 +102,13 @@ step "build the consumer"
 
 step "run the consumer"
 for exe in distcomm_consumer distcomm_consumer_umbrella; do
-  bin="$(find "$tmp/build" -type f -name "$exe" -perm -u+x | head -n 1)"
-  [[ -n "$bin" ]] || { echo "FAIL: $exe was not built" >&2; exit 1; }
-  "$bin"
+  [[ -n "$(find "$tmp/build" -type f -name "$exe" -perm -u+x)" ]] ||
+    { echo "FAIL: $exe was not built" >&2; exit 1; }
 done
+# Also distcomm_consumer_<transport> where the installation has one.
+while IFS= read -r bin; do
+  echo "+ $(basename "$bin")"
+  "$bin"
+done < <(find "$tmp/build" -type f -name 'distcomm_consumer*' -perm -u+x | sort)
 echo
 echo "consumer: OK (install, find_package with COMPONENTS local, link, run; bogus component refused)"

@@ -8,9 +8,12 @@
 #   --check test_package  the recipes' static checks (check_recipes.py) against the installed
 #                         export, and test_package/ (the Conan test project) configured with
 #                         plain CMake against the prefix, built and run
+#   --check libtorch      examples/libtorch configured as a project of its own against the
+#                         prefix (find_package(DistComm) naming only transports), built, and run
+#                         with 2 ranks as threads (examples/libtorch/test_train.sh)
 # The temporary prefix and build trees are removed on exit (DISTCOMM_KEEP_TMP=1 keeps them).
 #
-# usage: run.sh --build-dir DIR --check pkgconfig|test_package [--cmake CMAKE]
+# usage: run.sh --build-dir DIR --check pkgconfig|test_package|libtorch [--cmake CMAKE]
 #               [--generator GEN] [--make-program PROG] [--cxx COMPILER] [--config BUILD_TYPE]
 #               [--sanitize ON|OFF] [--distcomm-run PATH] [--mpiexec PATH] [--python PATH]
 # Anything not given is read from DIR/CMakeCache.txt.
@@ -39,8 +42,8 @@ while (($#)); do
 done
 [[ -n "$build_dir" ]] || { echo "run.sh: --build-dir is required" >&2; exit 2; }
 case "$check" in
-  pkgconfig|test_package) ;;
-  *) echo "run.sh: --check pkgconfig|test_package is required" >&2; exit 2 ;;
+  pkgconfig|test_package|libtorch) ;;
+  *) echo "run.sh: --check pkgconfig|test_package|libtorch is required" >&2; exit 2 ;;
 esac
 cache="$build_dir/CMakeCache.txt"
 [[ -f "$cache" ]] || { echo "run.sh: $cache not found: configure DistComm there first" >&2; exit 2; }
@@ -99,29 +102,46 @@ read -r -a components <<<"$(sed -n 's/^set(DistComm_BUILT_COMPONENTS "\(.*\)")$/
 echo "built components: ${components[*]}"
 has_component() { [[ " ${components[*]} " == *" $1 "* ]]; }
 
+# build_against_prefix SOURCE NAME EXE: configures SOURCE (a CMake project that finds DistComm)
+# in $tmp/NAME against $prefix, checks it found DistComm there, builds it and prints the path of
+# the executable EXE it built.
+build_against_prefix() {
+  local source="$1" name="$2" exe="$3" found bin
+  local configure_args=(-G "$generator" "-DCMAKE_BUILD_TYPE=$config" "-DCMAKE_PREFIX_PATH=$prefix"
+                        -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_COMPILER=$cxx")
+  [[ -n "$make_program" ]] && configure_args+=("-DCMAKE_MAKE_PROGRAM=$make_program")
+  if ((${#sanitize_flags[@]})); then
+    configure_args+=("-DCMAKE_CXX_FLAGS=${sanitize_flags[*]}"
+                     "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_flags[*]}")
+  fi
+  "$cmake" -S "$source" -B "$tmp/$name" "${configure_args[@]}" >&2
+  found="$(sed -n 's/^DistComm_DIR:PATH=//p' "$tmp/$name/CMakeCache.txt")"
+  [[ "$found" == "$prefix/"* ]] ||
+    fail "$name found DistComm in '$found', not in the fresh install under $prefix"
+  "$cmake" --build "$tmp/$name" --config "$config" >&2
+  bin="$(find "$tmp/$name" -type f -name "$exe" -perm -u+x | head -n 1)"
+  [[ -n "$bin" ]] || fail "$exe was not built"
+  echo "$bin"
+}
+
+if [[ "$check" == libtorch ]]; then
+  step "configure and build examples/libtorch on its own against $prefix"
+  bin="$(build_against_prefix "$source_dir/examples/libtorch" libtorch distcomm-train-libtorch)"
+  step "run it: 2 ranks as threads"
+  "$source_dir/examples/libtorch/test_train.sh" "$bin" local
+  echo
+  echo "packaging: OK (examples/libtorch built against the install and run)"
+  exit 0
+fi
+
 if [[ "$check" == test_package ]]; then
   step "static checks of the vcpkg port, the Conan recipe and test_package against the export"
   # Reported at the end: the build below is worth running whatever these find.
   recipes_rc=0
   "$python" "$here/check_recipes.py" --source-dir "$source_dir" --prefix "$prefix" || recipes_rc=$?
 
-  step "configure test_package/ (the Conan test project) with plain CMake against $prefix"
-  configure_args=(-G "$generator" "-DCMAKE_BUILD_TYPE=$config" "-DCMAKE_PREFIX_PATH=$prefix"
-                  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_COMPILER=$cxx")
-  [[ -n "$make_program" ]] && configure_args+=("-DCMAKE_MAKE_PROGRAM=$make_program")
-  if ((${#sanitize_flags[@]})); then
-    configure_args+=("-DCMAKE_CXX_FLAGS=${sanitize_flags[*]}"
-                     "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_flags[*]}")
-  fi
-  "$cmake" -S "$source_dir/test_package" -B "$tmp/test_package" "${configure_args[@]}"
-  found_dir="$(sed -n 's/^DistComm_DIR:PATH=//p' "$tmp/test_package/CMakeCache.txt")"
-  [[ "$found_dir" == "$prefix/"* ]] ||
-    fail "test_package found DistComm in '$found_dir', not in the fresh install under $prefix"
-
-  step "build and run test_package"
-  "$cmake" --build "$tmp/test_package" --config "$config"
-  bin="$(find "$tmp/test_package" -type f -name test_package -perm -u+x | head -n 1)"
-  [[ -n "$bin" ]] || fail "test_package was not built"
+  step "configure, build and run test_package/ (the Conan test project) with plain CMake"
+  bin="$(build_against_prefix "$source_dir/test_package" test_package test_package)"
   "$bin"
   ((recipes_rc == 0)) || fail "check_recipes.py found inconsistencies (FAIL lines above)"
   echo

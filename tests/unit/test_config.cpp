@@ -544,6 +544,18 @@ TEST_CASE("parse_bytes: overflow is rejected, the largest values are not") {
   }
 }
 
+TEST_CASE("parse_bytes: a fraction is refused as a fraction, with the whole-unit spelling") {
+  const std::string m = invalid_of([] { (void)from({{"DISTCOMM_FUSION_THRESHOLD", "1.5M"}}); });
+  CHECK_HAS(m, "DISTCOMM_FUSION_THRESHOLD: '1.5M' is not a byte size");
+  CHECK_HAS(m, "fractions are not accepted: write 1536K instead");
+  CHECK(m.find("suffix") == std::string::npos);
+  CHECK_HAS(invalid_of([] { (void)parse_bytes("0.5k", "X"); }), "write 512 instead");
+  CHECK_HAS(invalid_of([] { (void)parse_bytes("2.25G", "X"); }), "write 2304M instead");
+  CHECK_HAS(invalid_of([] { (void)parse_bytes("1.3M", "X"); }),
+            "fractions are not accepted: write a whole number of bytes, K, M or G");
+  CHECK_HAS(invalid_of([] { (void)parse_bytes("1.5", "X"); }), "fractions are not accepted");
+}
+
 TEST_CASE("parse_bytes: text that is not a size is rejected naming the source and the text") {
   for (const char* bad : {"", "   ", "K", "-1", "+5", "1.5K", "1 K", "1T", "0x10", "1KK", "12 34",
                           "maximum", "inf"}) {
