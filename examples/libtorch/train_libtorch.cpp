@@ -21,31 +21,10 @@
 #include <CLI/CLI.hpp>
 
 #include "distcomm/distcomm.hpp"
-#include "distcomm/rendezvous/bootstrap.hpp"
-#ifdef DISTCOMM_HAVE_MPI
-#include "distcomm/backends/mpi.hpp"
-#endif
-#ifdef DISTCOMM_HAVE_GLOO
-#include "distcomm/backends/gloo.hpp"
-#endif
-#ifdef DISTCOMM_HAVE_UCX
-#include "distcomm/backends/ucx.hpp"
-#endif
+#include "distcomm/init.hpp"
+#include "distcomm/registry/backends.hpp"
 
 namespace {
-
-const std::vector<std::string> built_backends = {
-    "local",
-#ifdef DISTCOMM_HAVE_MPI
-    "mpi",
-#endif
-#ifdef DISTCOMM_HAVE_GLOO
-    "gloo",
-#endif
-#ifdef DISTCOMM_HAVE_UCX
-    "ucx",
-#endif
-};
 
 struct options {
   std::string backend;  // empty: DISTCOMM_BACKEND, else local
@@ -117,9 +96,7 @@ std::uint64_t parameter_hash(const std::vector<torch::Tensor>& params) {
   return h;
 }
 
-template <class Backend>
-bool train(Backend backend, const options& o, const distcomm::config& cfg) {
-  distcomm::communicator<Backend> comm(std::move(backend), cfg);
+bool train(distcomm::any_communicator comm, const options& o) {
   const int rank = comm.rank();
   const shard data = make_shard(o, rank);
   torch::nn::Sequential model = make_model(o, rank);
@@ -160,7 +137,7 @@ bool train(Backend backend, const options& o, const distcomm::config& cfg) {
       "rank %d/%d: loss %.6f -> %.6f after %d steps (mean over ranks), parameters "
       "fnv1a %016" PRIx64 " (backend %s)\n",
       rank, comm.size(), static_cast<double>(first_loss), static_cast<double>(last_loss), o.steps,
-      parameter_hash(params), Backend::name);
+      parameter_hash(params), comm.backend_name());
   std::fflush(stdout);
   return fell;
 }
@@ -170,32 +147,11 @@ bool train_threads(const options& o, const distcomm::config& cfg) {
   std::mutex mu;
   distcomm::local_world world(o.np);
   world.run([&](distcomm::local_backend b) {
-    const bool ok = train(std::move(b), o, cfg);
+    const bool ok = train(distcomm::make_communicator(std::move(b), "auto", cfg), o);
     std::lock_guard<std::mutex> lk(mu);
     all_ok = all_ok && ok;
   });
   return all_ok;
-}
-
-bool train_process(const options& o, const distcomm::config& cfg) {
-#ifdef DISTCOMM_HAVE_MPI
-  if (o.backend == "mpi") return train(distcomm::mpi_backend(), o, cfg);
-#endif
-#ifdef DISTCOMM_HAVE_GLOO
-  if (o.backend == "gloo") {
-    distcomm::gloo_options go;
-    go.timeout = cfg.timeout;
-    return train(distcomm::gloo_backend(distcomm::bootstrap(cfg), go), o, cfg);
-  }
-#endif
-#ifdef DISTCOMM_HAVE_UCX
-  if (o.backend == "ucx") {
-    return train(distcomm::ucx_backend(distcomm::bootstrap(cfg), cfg.timeout), o, cfg);
-  }
-#endif
-  (void)cfg;
-  throw distcomm::invalid_argument_error("backend '" + o.backend +
-                                         "' is not built in, or runs ranks as threads only");
 }
 
 }  // namespace
@@ -205,11 +161,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "DistComm + libtorch: data-parallel SGD on a small MLP, gradients averaged by "
       "one grouped allreduce per step"};
-  std::string built;
-  for (const auto& b : built_backends) built += (built.empty() ? "" : ", ") + b;
+  const std::string built = distcomm::join_names(distcomm::built_backends());
   app.add_option("--backend", o.backend,
-                 "Transport (default: DISTCOMM_BACKEND, else local); built: " + built)
-      ->check(CLI::IsMember(built_backends));
+                 "Transport (default: DISTCOMM_BACKEND, else local); built: " + built);
   app.add_option("--np", o.np, "Ranks as threads of this process (local backend)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -231,11 +185,6 @@ int main(int argc, char** argv) {
     torch::set_num_threads(1);
     const distcomm::config cfg = distcomm::config::from_env();
     if (o.backend.empty()) o.backend = cfg.backend.empty() ? "local" : cfg.backend;
-    if (std::find(built_backends.begin(), built_backends.end(), o.backend) ==
-        built_backends.end()) {
-      throw distcomm::invalid_argument_error("backend " + o.backend + " is not built into " +
-                                             "distcomm-train-libtorch (built: " + built + ")");
-    }
     bool ok = false;
     if (o.backend == "local") {
       if (app.count("--np") == 0 &&
@@ -253,7 +202,7 @@ int main(int argc, char** argv) {
             " ranks as processes: distcomm-run -np N distcomm-train-libtorch --backend " +
             o.backend);
       }
-      ok = train_process(o, cfg);
+      ok = train(distcomm::init({o.backend, "", cfg}), o);
     }
     if (!ok) std::fprintf(stderr, "distcomm-train-libtorch: the loss did not fall\n");
     return ok ? 0 : 1;
