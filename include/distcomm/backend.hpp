@@ -188,4 +188,153 @@ const char* backend_name_of(const B& b) noexcept {
 template <class B>
 inline constexpr bool has_native_allreduce_v = detail::has_native_allreduce<B>::value;
 
+// ---- the defaults a backend may override ----------------------------------------------------
+
+// The segment when DISTCOMM_SEGMENT_SIZE is not set: the backend's `default_segment_bytes` when it
+// declares one (a transport whose every message costs more wants fewer, larger ones), else 256 KiB.
+inline constexpr std::size_t default_segment_bytes = std::size_t{256} << 10;
+// The fusion cutoff when DISTCOMM_FUSION_CUTOFF is not set. Packing n bytes costs two copies; a
+// collective of its own costs the backend's fixed per-call time, so where packing stops paying
+// depends on the backend (docs/ARCHITECTURE.md, Fusion): a backend declares
+// `static constexpr std::size_t default_fusion_cutoff` when 1 MiB does not suit it.
+inline constexpr std::size_t default_fusion_cutoff = std::size_t{1} << 20;
+
+namespace detail {
+
+// `static constexpr bool moves_device_memory = true` (the NCCL backend).
+template <class B, class = void>
+struct moves_device_memory : std::false_type {};
+template <class B>
+struct moves_device_memory<B, std::enable_if_t<B::moves_device_memory>> : std::true_type {};
+
+// `memory()`, the memory operations of a device-memory backend (top of this file).
+template <class, class = void>
+struct has_memory_ops : std::false_type {};
+template <class B>
+struct has_memory_ops<B, std::void_t<decltype(std::declval<B&>().memory())>> : std::true_type {};
+
+template <class, class = void>
+struct backend_segment : std::integral_constant<std::size_t, default_segment_bytes> {};
+template <class B>
+struct backend_segment<B, std::void_t<decltype(B::default_segment_bytes)>>
+    : std::integral_constant<std::size_t, B::default_segment_bytes> {};
+
+template <class, class = void>
+struct backend_cutoff : std::integral_constant<std::size_t, default_fusion_cutoff> {};
+template <class B>
+struct backend_cutoff<B, std::void_t<decltype(B::default_fusion_cutoff)>>
+    : std::integral_constant<std::size_t, B::default_fusion_cutoff> {};
+
+template <class, class = void>
+struct backend_default_algo {
+  static const char* get() { return nullptr; }
+};
+template <class B>
+struct backend_default_algo<B, std::void_t<decltype(B::default_algo)>> {
+  static const char* get() { return B::default_algo; }
+};
+
+}  // namespace detail
+
+// Backend B's segment and fusion cutoff when the configuration leaves them to it.
+template <class B>
+inline constexpr std::size_t segment_bytes_for = detail::backend_segment<B>::value;
+template <class B>
+inline constexpr std::size_t fusion_cutoff_for = detail::backend_cutoff<B>::value;
+// Backend B's own table for strategy::automatic (`default_algo`), or nullptr.
+template <class B>
+const char* default_algo_of() {
+  return detail::backend_default_algo<B>::get();
+}
+
+// ---- the contract, checked once --------------------------------------------------------------
+
+namespace detail {
+
+template <class, class = void>
+struct has_name : std::false_type {};
+template <class B>
+struct has_name<B, std::enable_if_t<std::is_convertible_v<decltype(B::name), const char*>>>
+    : std::true_type {};
+
+template <class, class = void>
+struct has_rank_size : std::false_type {};
+template <class B>
+struct has_rank_size<
+    B, std::enable_if_t<std::is_convertible_v<decltype(std::declval<const B&>().rank()), int> &&
+                        std::is_convertible_v<decltype(std::declval<const B&>().size()), int>>>
+    : std::true_type {};
+
+template <class, class = void>
+struct has_request_type : std::false_type {};
+template <class B>
+struct has_request_type<B, std::void_t<typename B::request>> : std::true_type {};
+
+template <class, class = void>
+struct has_isend : std::false_type {};
+template <class B>
+struct has_isend<B, std::enable_if_t<std::is_same_v<decltype(std::declval<B&>().isend(
+                                                        std::declval<const void*>(), std::size_t{},
+                                                        int{}, tag_t{})),
+                                                    typename B::request>>> : std::true_type {};
+
+template <class, class = void>
+struct has_irecv : std::false_type {};
+template <class B>
+struct has_irecv<
+    B, std::enable_if_t<std::is_same_v<decltype(std::declval<B&>().irecv(
+                                           std::declval<void*>(), std::size_t{}, int{}, tag_t{})),
+                                       typename B::request>>> : std::true_type {};
+
+template <class, class = void>
+struct has_abort : std::false_type {};
+template <class B>
+struct has_abort<
+    B, std::enable_if_t<noexcept(std::declval<B&>().abort(std::declval<const std::string&>()))>>
+    : std::true_type {};
+
+template <class, class = void>
+struct request_waits : std::false_type {};
+template <class R>
+struct request_waits<
+    R,
+    std::void_t<decltype(std::declval<R&>().wait(deadline{})),
+                std::enable_if_t<std::is_convertible_v<decltype(std::declval<R&>().test()), bool>>>>
+    : std::true_type {};
+
+}  // namespace detail
+
+// Checks that B has the members of the contract at the top of this file, saying in plain words
+// which one is missing. communicator<B, ...> checks its backend with it.
+template <class B>
+constexpr bool check_backend() {
+  static_assert(std::is_move_constructible_v<B>,
+                "backend contract (backend.hpp): a backend must be movable");
+  static_assert(detail::has_name<B>::value,
+                "backend contract (backend.hpp): the backend has no "
+                "`static constexpr const char* name`");
+  static_assert(detail::has_rank_size<B>::value,
+                "backend contract (backend.hpp): the backend has no `int rank() const` and "
+                "`int size() const`");
+  static_assert(detail::has_abort<B>::value,
+                "backend contract (backend.hpp): the backend has no "
+                "`void abort(const std::string& reason) noexcept`");
+  static_assert(detail::has_request_type<B>::value,
+                "backend contract (backend.hpp): the backend has no request type "
+                "(`using request = ...;`, what isend and irecv return)");
+  if constexpr (detail::has_request_type<B>::value) {
+    static_assert(detail::has_isend<B>::value,
+                  "backend contract (backend.hpp): the backend has no "
+                  "`request isend(const void* data, std::size_t bytes, int peer, tag_t tag)`");
+    static_assert(detail::has_irecv<B>::value,
+                  "backend contract (backend.hpp): the backend has no "
+                  "`request irecv(void* data, std::size_t bytes, int peer, tag_t tag)`");
+    static_assert(std::is_move_constructible_v<typename B::request> &&
+                      detail::request_waits<typename B::request>::value,
+                  "backend contract (backend.hpp): the backend's request must be movable and "
+                  "have `bool test()` and `void wait(deadline until)`");
+  }
+  return true;
+}
+
 }  // namespace distcomm

@@ -52,6 +52,8 @@ struct strategy_name<S, std::void_t<decltype(S::name)>> {
 
 template <class Backend, class Strategy = strategy::automatic, class Fusion = fusion::buffer>
 class communicator {
+  static_assert(check_backend<Backend>());  // names the member of the contract a backend lacks
+
  public:
   using backend_type = Backend;
   using strategy_type = Strategy;
@@ -78,10 +80,11 @@ class communicator {
     if (!first_failure_) check_.leave(backend_);
   }
 
-  // The settings in use: the configuration given, with what it left to the backend filled in.
+  // The settings in use: the configuration given, with what it left to the backend filled in
+  // (segment_bytes_for and fusion_cutoff_for, backend.hpp).
   static config with_backend_defaults(config c) {
-    if (!c.fusion_cutoff) c.fusion_cutoff = fusion::default_cutoff_for<Backend>;
-    if (!c.segment_bytes) c.segment_bytes = strategy::detail::segment_bytes_for<Backend>;
+    if (!c.fusion_cutoff) c.fusion_cutoff = fusion_cutoff_for<Backend>;
+    if (!c.segment_bytes) c.segment_bytes = segment_bytes_for<Backend>;
     return c;
   }
 
@@ -259,7 +262,7 @@ class communicator {
     }
   }
 
-  static constexpr bool moves_device = strategy::detail::moves_device_memory<Backend>::value;
+  static constexpr bool moves_device = detail::moves_device_memory<Backend>::value;
 
   static void check_tensor(const char* what, const tensor_view& t) {
     if (!is_valid(t.type)) {

@@ -22,10 +22,10 @@ struct config {
   std::size_t fusion_threshold = std::size_t{64} << 20;
   // Tensors of at least this many bytes are reduced in place instead of being packed; 0 packs
   // every tensor below the threshold (DISTCOMM_FUSION_CUTOFF). Unset: the backend's default
-  // (fusion::default_cutoff_for), which a communicator fills in.
+  // (fusion_cutoff_for in backend.hpp), which a communicator fills in.
   std::optional<std::size_t> fusion_cutoff;
   // Pipelining unit of ring / tree / parameter server, bytes (DISTCOMM_SEGMENT_SIZE). Unset: the
-  // backend's default (strategy::detail::segment_bytes_for), which a communicator fills in.
+  // backend's default (segment_bytes_for in backend.hpp), which a communicator fills in.
   std::optional<std::size_t> segment_bytes;
   // Server ranks of the parameter_server strategy; 0 means every rank (DISTCOMM_PS_SERVERS).
   int ps_servers = 1;

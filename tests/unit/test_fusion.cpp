@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "distcomm/backends/local.hpp"
+#include "p2p_only.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/fusion/none.hpp"
@@ -570,7 +571,7 @@ TEST_CASE("fusion: DISTCOMM_FUSION_CUTOFF reaches fusion::buffer") {
       return std::string(name) == "DISTCOMM_FUSION_CUTOFF" ? value : nullptr;
     });
   };
-  CHECK(fusion::buffer(config{}).cutoff() == fusion::default_cutoff);
+  CHECK(fusion::buffer(config{}).cutoff() == default_fusion_cutoff);
   CHECK(fusion::buffer(with("256K")).cutoff() == (std::size_t{256} << 10));
   CHECK(fusion::buffer(with("0")).cutoff() == 0);
   CHECK(with("4M").to_string().find("DISTCOMM_FUSION_CUTOFF=4M\n") != std::string::npos);
@@ -578,16 +579,17 @@ TEST_CASE("fusion: DISTCOMM_FUSION_CUTOFF reaches fusion::buffer") {
 }
 
 namespace {
-struct backend_with_cutoff {
+struct backend_with_cutoff : p2p_only {  // a backend of the contract, with defaults of its own
+  using p2p_only::p2p_only;
   static constexpr std::size_t default_fusion_cutoff = 12345;
   static constexpr std::size_t default_segment_bytes = 4096;
 };
 }  // namespace
 
 TEST_CASE("backend defaults: fusion cutoff and segment size, overridden by the variables") {
-  static_assert(fusion::default_cutoff == (std::size_t{1} << 20));
-  static_assert(fusion::default_cutoff_for<local_backend> == fusion::default_cutoff);
-  static_assert(fusion::default_cutoff_for<backend_with_cutoff> == 12345);
+  static_assert(default_fusion_cutoff == (std::size_t{1} << 20));
+  static_assert(fusion_cutoff_for<local_backend> == default_fusion_cutoff);
+  static_assert(fusion_cutoff_for<backend_with_cutoff> == 12345);
   using comm_with_cutoff = communicator<backend_with_cutoff>;
   CHECK(comm_with_cutoff::with_backend_defaults(config{}).fusion_cutoff == std::size_t{12345});
   config set;
@@ -596,7 +598,7 @@ TEST_CASE("backend defaults: fusion cutoff and segment size, overridden by the v
   CHECK(config{}.to_string().find("DISTCOMM_FUSION_CUTOFF=(backend default)\n") !=
         std::string::npos);
   // The segment size works the same way.
-  static_assert(strategy::detail::segment_bytes_for<local_backend> == (std::size_t{256} << 10));
+  static_assert(segment_bytes_for<local_backend> == (std::size_t{256} << 10));
   CHECK(comm_with_cutoff::with_backend_defaults(config{}).segment_bytes == std::size_t{4096});
   config seg;
   seg.segment_bytes = 64;
@@ -604,8 +606,8 @@ TEST_CASE("backend defaults: fusion cutoff and segment size, overridden by the v
   local_world w(1);
   w.run([&](local_backend b) {
     communicator<local_backend> comm(b, config{});
-    CHECK(comm.settings().segment_bytes == strategy::detail::default_segment_bytes);
-    CHECK(comm.settings().fusion_cutoff == fusion::default_cutoff);
-    CHECK(comm.fusion().cutoff() == fusion::default_cutoff);
+    CHECK(comm.settings().segment_bytes == default_segment_bytes);
+    CHECK(comm.settings().fusion_cutoff == default_fusion_cutoff);
+    CHECK(comm.fusion().cutoff() == default_fusion_cutoff);
   });
 }

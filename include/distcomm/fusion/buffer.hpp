@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "distcomm/backend.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/core/span.hpp"
@@ -19,29 +20,12 @@
 
 namespace distcomm::fusion {
 
-// The cutoff when DISTCOMM_FUSION_CUTOFF is not set. Packing n bytes costs two copies; a
-// collective of its own costs the backend's fixed per-call time, so where packing stops paying
-// depends on the backend (docs/ARCHITECTURE.md, Fusion): a backend declares
-// `static constexpr std::size_t default_fusion_cutoff` when 1 MiB does not suit it.
-inline constexpr std::size_t default_cutoff = std::size_t{1} << 20;
-
-namespace detail {
-template <class, class = void>
-struct backend_cutoff : std::integral_constant<std::size_t, default_cutoff> {};
-template <class B>
-struct backend_cutoff<B, std::void_t<decltype(B::default_fusion_cutoff)>>
-    : std::integral_constant<std::size_t, B::default_fusion_cutoff> {};
-}  // namespace detail
-
-template <class Backend>
-inline constexpr std::size_t default_cutoff_for = detail::backend_cutoff<Backend>::value;
-
 class buffer {
  public:
   static constexpr const char* name = "buffer";
   explicit buffer(const config& c)
-      : buffer(c.fusion_threshold, c.fusion_cutoff.value_or(default_cutoff)) {}
-  explicit buffer(std::size_t threshold_bytes, std::size_t cutoff_bytes = default_cutoff)
+      : buffer(c.fusion_threshold, c.fusion_cutoff.value_or(default_fusion_cutoff)) {}
+  explicit buffer(std::size_t threshold_bytes, std::size_t cutoff_bytes = default_fusion_cutoff)
       : threshold_(threshold_bytes), cutoff_(cutoff_bytes) {}
 
   std::size_t threshold() const noexcept { return threshold_; }

@@ -75,8 +75,8 @@ inline bool names_strategy(const strategy_info& s, const std::string& name) {
 template <class S, class B>
 inline constexpr bool strategy_runs_on_v =
     std::is_same_v<S, strategy::native> ? has_native_allreduce_v<B>
-                                        : (!strategy::detail::moves_device_memory<B>::value ||
-                                           strategy::detail::has_memory_ops<B>::value);
+                                        : (!detail::moves_device_memory<B>::value ||
+                                           detail::has_memory_ops<B>::value);
 
 // The registry's name of strategy type S ("rd" for strategy::recursive_doubling), or nullptr when S
 // is not in the registry (a strategy of the application's own).

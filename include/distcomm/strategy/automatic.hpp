@@ -18,17 +18,6 @@
 
 namespace distcomm::strategy {
 
-namespace detail {
-template <class, class = void>
-struct backend_default_algo {
-  static const char* get() { return nullptr; }
-};
-template <class B>
-struct backend_default_algo<B, std::void_t<decltype(B::default_algo)>> {
-  static const char* get() { return B::default_algo; }
-};
-}  // namespace detail
-
 class automatic : public p2p_base {
  public:
   static constexpr const char* name = "automatic";
@@ -49,7 +38,7 @@ class automatic : public p2p_base {
   // The algorithm this strategy uses for a buffer of `bytes` on backend B.
   template <class B>
   algorithm choose(std::size_t bytes) {
-    if constexpr (strategy::detail::moves_device_memory<B>::value && has_native_allreduce_v<B>) {
+    if constexpr (distcomm::detail::moves_device_memory<B>::value && has_native_allreduce_v<B>) {
       // A device-memory backend's own collectives (NCCL's) beat point-to-point rounds issued
       // from the host at every size: use them whatever the table says. Deterministic mode is
       // refused rather than silently switching algorithms; ring, tree and parameter_server
@@ -73,7 +62,7 @@ class automatic : public p2p_base {
   template <class B>
   void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
                  deadline until) {
-    if constexpr (strategy::detail::moves_device_memory<B>::value && has_native_allreduce_v<B>) {
+    if constexpr (distcomm::detail::moves_device_memory<B>::value && has_native_allreduce_v<B>) {
       choose<B>(count * dtype_size(t));  // always native; refuses deterministic mode
       native_.allreduce(b, in, out, count, t, op, until);
     } else {
@@ -104,7 +93,7 @@ class automatic : public p2p_base {
     if (!resolved_) {
       if (!configured_.empty()) {
         resolved_ = configured_;
-      } else if (const char* own = detail::backend_default_algo<B>::get()) {
+      } else if (const char* own = default_algo_of<B>()) {
         resolved_ = algo_table::parse(own, std::string(B::name) + " default table");
       } else {
         resolved_ = algo_table::parse(builtin_table, "built-in table");

@@ -58,16 +58,9 @@ class scratch {
   std::size_t size_ = 0;
 };
 
-// True when B declares `static constexpr bool moves_device_memory = true` (the NCCL backend).
-template <class B, class = void>
-struct moves_device_memory : std::false_type {};
-template <class B>
-struct moves_device_memory<B, std::enable_if_t<B::moves_device_memory>> : std::true_type {};
-
-template <class, class = void>
-struct has_memory_ops : std::false_type {};
-template <class B>
-struct has_memory_ops<B, std::void_t<decltype(std::declval<B&>().memory())>> : std::true_type {};
+// What a backend declares about itself (the contract's traits): backend.hpp.
+using distcomm::detail::has_memory_ops;
+using distcomm::detail::moves_device_memory;
 
 // The memory operations policy of a host-memory backend: the host kernels of core/reduce.hpp, and
 // scratch space owned by the strategy. Every member is an inline forwarder, so the algorithms
@@ -120,18 +113,8 @@ decltype(auto) memory_of(B& b, scratch& s) {
 template <class B>
 inline constexpr bool lockstep = moves_device_memory<B>::value;
 
-// The segment when DISTCOMM_SEGMENT_SIZE is not set: the backend's `default_segment_bytes` when it
-// declares one (a transport whose every message costs more wants fewer, larger ones), else 256 KiB.
-inline constexpr std::size_t default_segment_bytes = std::size_t{256} << 10;
-
-template <class, class = void>
-struct backend_segment : std::integral_constant<std::size_t, default_segment_bytes> {};
-template <class B>
-struct backend_segment<B, std::void_t<decltype(B::default_segment_bytes)>>
-    : std::integral_constant<std::size_t, B::default_segment_bytes> {};
-
-template <class Backend>
-inline constexpr std::size_t segment_bytes_for = backend_segment<Backend>::value;
+using distcomm::default_segment_bytes;
+using distcomm::segment_bytes_for;
 
 inline std::size_t segment_elems(std::size_t segment_bytes, dtype t) noexcept {
   const std::size_t n = segment_bytes / dtype_size(t);

@@ -107,7 +107,7 @@ class fusion {
   template <class Backend, class Run>
   void allreduce(Backend& b, span<const tensor_view> tensors, reduce_op op, deadline until,
                  Run&& run) {
-    static_assert(strategy::detail::moves_device_memory<Backend>::value,
+    static_assert(distcomm::detail::moves_device_memory<Backend>::value,
                   "cuda::fusion packs CUDA memory; on a host-memory backend use fusion::buffer");
     auto memory = b.memory();  // makes the backend's device current for the packing buffer
     buffer_.allreduce(tensors, op, b.stream(), 1.0, 1.0,

@@ -212,10 +212,10 @@ class exported {
                                                              : 0u) |
         (distcomm::detail::unreceived_messages_ok<B>::value ? DISTCOMM_V1_UNRECEIVED_MESSAGES_OK
                                                             : 0u) |
-        (strategy::detail::moves_device_memory<B>::value ? DISTCOMM_V1_DEVICE_MEMORY : 0u);
-    t.default_algo = strategy::detail::backend_default_algo<B>::get();
-    t.default_segment_bytes = strategy::detail::segment_bytes_for<B>;
-    t.default_fusion_cutoff = fusion::default_cutoff_for<B>;
+        (distcomm::detail::moves_device_memory<B>::value ? DISTCOMM_V1_DEVICE_MEMORY : 0u);
+    t.default_algo = default_algo_of<B>();
+    t.default_segment_bytes = segment_bytes_for<B>;
+    t.default_fusion_cutoff = fusion_cutoff_for<B>;
     t.init = &init;
     t.finalize = [](void* ctx) { delete static_cast<context*>(ctx); };
     t.rank = [](void* ctx) { return of(ctx).rank(); };
