@@ -130,6 +130,7 @@ struct native_is_deterministic<B, std::enable_if_t<B::native_is_deterministic>> 
 //   bool unreceived_messages_ok_now() const;  // consulted when the static trait allows them
 //   void fill_defaults(config& c);             // fills what c leaves to the backend (algo,
 //                                              // segment_bytes, fusion_cutoff) and may keep c
+//   std::string instance_name() const;         // the name messages use instead of B::name
 // A communicator calls fill_defaults on its configuration before the static defaults apply.
 // Backends without them compile to exactly what they did before.
 template <class, class = void>
@@ -147,6 +148,23 @@ bool unreceived_messages_ok_at(const B& b) noexcept {
     return b.unreceived_messages_ok_now();
   } else {
     return true;
+  }
+}
+
+// The name messages use: `std::string instance_name() const` where a backend has one (a plugin's
+// own name), else B::name.
+template <class, class = void>
+struct has_instance_name : std::false_type {};
+template <class B>
+struct has_instance_name<B, std::void_t<decltype(std::declval<const B&>().instance_name())>>
+    : std::true_type {};
+
+template <class B>
+std::string name_of(const B& b) {
+  if constexpr (has_instance_name<B>::value) {
+    return b.instance_name();
+  } else {
+    return B::name;
   }
 }
 

@@ -8,9 +8,13 @@
 #   --check test_package  the recipes' static checks (check_recipes.py) against the installed
 #                         export, and test_package/ (the Conan test project) configured with
 #                         plain CMake against the prefix, built and run
+#   --check plugin_example  plugins/examples/tcp (an out-of-tree backend plugin, its own CMake
+#                         project using only the installed C header) built against the prefix,
+#                         then loaded by name by the installed distcomm-backend-check, which runs
+#                         the backend suite over it as 2 and 3 processes (distcomm-run)
 # The temporary prefix and build trees are removed on exit (DISTCOMM_KEEP_TMP=1 keeps them).
 #
-# usage: run.sh --build-dir DIR --check pkgconfig|test_package [--cmake CMAKE]
+# usage: run.sh --build-dir DIR --check pkgconfig|test_package|plugin_example [--cmake CMAKE]
 #               [--generator GEN] [--make-program PROG] [--cxx COMPILER] [--config BUILD_TYPE]
 #               [--sanitize ON|OFF] [--distcomm-run PATH] [--mpiexec PATH] [--python PATH]
 # Anything not given is read from DIR/CMakeCache.txt.
@@ -39,8 +43,8 @@ while (($#)); do
 done
 [[ -n "$build_dir" ]] || { echo "run.sh: --build-dir is required" >&2; exit 2; }
 case "$check" in
-  pkgconfig|test_package) ;;
-  *) echo "run.sh: --check pkgconfig|test_package is required" >&2; exit 2 ;;
+  pkgconfig|test_package|plugin_example) ;;
+  *) echo "run.sh: --check pkgconfig|test_package|plugin_example is required" >&2; exit 2 ;;
 esac
 cache="$build_dir/CMakeCache.txt"
 [[ -f "$cache" ]] || { echo "run.sh: $cache not found: configure DistComm there first" >&2; exit 2; }
@@ -99,6 +103,51 @@ read -r -a components <<<"$(sed -n 's/^set(DistComm_BUILT_COMPONENTS "\(.*\)")$/
 echo "built components: ${components[*]}"
 has_component() { [[ " ${components[*]} " == *" $1 "* ]]; }
 
+# How a CMake project is configured against the prefix: the generator, compiler and build type
+# of the DistComm build.
+configure_args=(-G "$generator" "-DCMAKE_BUILD_TYPE=$config" "-DCMAKE_PREFIX_PATH=$prefix"
+                -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_COMPILER=$cxx")
+[[ -n "$make_program" ]] && configure_args+=("-DCMAKE_MAKE_PROGRAM=$make_program")
+# configure_project SOURCE BUILD WHO: configures SOURCE in BUILD and checks that it found DistComm
+# in the fresh install, not elsewhere on the machine.
+configure_project() {
+  "$cmake" -S "$1" -B "$2" "${configure_args[@]}"
+  local found_dir
+  found_dir="$(sed -n 's/^DistComm_DIR:PATH=//p' "$2/CMakeCache.txt")"
+  [[ "$found_dir" == "$prefix/"* ]] ||
+    fail "$3 found DistComm in '$found_dir', not in the fresh install under $prefix"
+}
+
+if [[ "$check" == plugin_example ]]; then
+  step "configure plugins/examples/tcp (its own CMake project) against $prefix"
+  configure_project "$source_dir/plugins/examples/tcp" "$tmp/tcp" "the example"
+
+  step "build libdistcomm_backend_tcp.so"
+  "$cmake" --build "$tmp/tcp" --config "$config"
+  plugin="$(find "$tmp/tcp" -type f -name libdistcomm_backend_tcp.so | head -n 1)"
+  [[ -n "$plugin" ]] || fail "libdistcomm_backend_tcp.so was not built"
+  exported="$(nm -D --defined-only "$plugin" | awk '{print $3}' | tr '\n' ' ')"
+  [[ "$exported" == "distcomm_backend_plugin_v1 " ]] ||
+    fail "the plugin exports '$exported', not just distcomm_backend_plugin_v1"
+  check_bin="$prefix/bin/distcomm-backend-check"
+  [[ -x "$check_bin" ]] || fail "distcomm-backend-check was not installed in $prefix/bin"
+  [[ -n "$distcomm_run" ]] || fail "--distcomm-run is needed to run the ranks"
+
+  for np in 2 3; do
+    step "the installed distcomm-backend-check on it, $np processes, DISTCOMM_BACKEND=tcp"
+    DISTCOMM_BACKEND=tcp DISTCOMM_PLUGIN_PATH="$(dirname "$plugin")" \
+      "$distcomm_run" -np "$np" --timeout 150 "$check_bin" >"$tmp/check-np$np.log" 2>&1 ||
+      { cat "$tmp/check-np$np.log"; fail "the backend suite failed on the tcp plugin at $np ranks"; }
+    [[ "$(grep -c 'Status: SUCCESS' "$tmp/check-np$np.log")" == "$np" ]] ||
+      { cat "$tmp/check-np$np.log"; fail "not every one of $np ranks reported success"; }
+    grep -m 1 'test cases:' "$tmp/check-np$np.log"
+  done
+  echo
+  echo "packaging: OK (the tcp plugin built out of the tree against the install, loaded by name," \
+    "passed the backend suite at 2 and 3 ranks)"
+  exit 0
+fi
+
 if [[ "$check" == test_package ]]; then
   step "static checks of the vcpkg port, the Conan recipe and test_package against the export"
   # Reported at the end: the build below is worth running whatever these find.
@@ -106,17 +155,11 @@ if [[ "$check" == test_package ]]; then
   "$python" "$here/check_recipes.py" --source-dir "$source_dir" --prefix "$prefix" || recipes_rc=$?
 
   step "configure test_package/ (the Conan test project) with plain CMake against $prefix"
-  configure_args=(-G "$generator" "-DCMAKE_BUILD_TYPE=$config" "-DCMAKE_PREFIX_PATH=$prefix"
-                  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_COMPILER=$cxx")
-  [[ -n "$make_program" ]] && configure_args+=("-DCMAKE_MAKE_PROGRAM=$make_program")
   if ((${#sanitize_flags[@]})); then
     configure_args+=("-DCMAKE_CXX_FLAGS=${sanitize_flags[*]}"
                      "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_flags[*]}")
   fi
-  "$cmake" -S "$source_dir/test_package" -B "$tmp/test_package" "${configure_args[@]}"
-  found_dir="$(sed -n 's/^DistComm_DIR:PATH=//p' "$tmp/test_package/CMakeCache.txt")"
-  [[ "$found_dir" == "$prefix/"* ]] ||
-    fail "test_package found DistComm in '$found_dir', not in the fresh install under $prefix"
+  configure_project "$source_dir/test_package" "$tmp/test_package" "test_package"
 
   step "build and run test_package"
   "$cmake" --build "$tmp/test_package" --config "$config"

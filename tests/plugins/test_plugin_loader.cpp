@@ -138,7 +138,7 @@ TEST_CASE("plugin_backend: a plugin of device memory is refused by name") {
 TEST_CASE("plugin_backend: the local plugin, a world of one, through a communicator") {
   auto b = dc::plugin_backend::open(
       std::string(DISTCOMM_BUILD_LIB_DIR) + "/" + pl::file_name("local"), alone(), dc::config{});
-  CHECK(b.plugin_name() == "local");
+  CHECK(b.instance_name() == "local");
   CHECK(b.rank() == 0);
   CHECK(b.size() == 1);
   CHECK(b.plugin_has("allreduce"));
@@ -150,6 +150,11 @@ TEST_CASE("plugin_backend: the local plugin, a world of one, through a communica
   std::vector<float> v = {1.0f, 2.0f};
   comm.allreduce(dc::view(v));
   CHECK(v == std::vector<float>{1.0f, 2.0f});
+  // The communicator's own messages name the plugin, not the adapter type.
+  dc::tensor_view on_device = dc::view(v);
+  on_device.memory = dc::memory_kind::cuda;
+  CHECK_HAS(error_of<dc::invalid_argument_error>([&] { comm.allreduce(on_device); }),
+            "backend 'local' moves host memory only");
   // A plugin's failure keeps its kind and names the plugin: a peer outside the world.
   int x = 0;
   const std::string m =

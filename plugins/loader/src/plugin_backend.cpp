@@ -247,7 +247,7 @@ plugin_backend plugin_backend::open(const std::string& name, const args& a, cons
   return plugin_backend(std::move(s));
 }
 
-const std::string& plugin_backend::plugin_name() const noexcept { return state_->name; }
+std::string plugin_backend::instance_name() const { return state_->name; }
 const std::string& plugin_backend::path() const noexcept { return state_->lib.path(); }
 
 plugin_request plugin_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
@@ -271,8 +271,13 @@ void plugin_backend::send_detached(const void* data, std::size_t bytes, int peer
                   "send_detached", err);
     return;
   }
-  // Small messages leave at once on a network transport; the limit guards a wedged one.
-  isend(data, bytes, peer, tag).wait(deadline_after(std::chrono::milliseconds(200)));
+  // Small messages leave at once on a network transport; the limit guards a wedged one. Nobody
+  // waits for this send: one that cannot leave (its peer is gone or stuck) is dropped.
+  try {
+    isend(data, bytes, peer, tag).wait(deadline_after(std::chrono::milliseconds(200)));
+  } catch (const timeout_error&) {
+  } catch (const peer_lost_error&) {
+  }
 }
 
 void plugin_backend::abort(const std::string& reason) noexcept {

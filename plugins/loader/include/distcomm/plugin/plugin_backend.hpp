@@ -54,7 +54,7 @@ class [[nodiscard]] plugin_request {
 class plugin_backend {
  public:
   using request = plugin_request;
-  // Messages name the plugin itself (plugin_name()); this is the type's name.
+  // Messages name the plugin itself (instance_name()); this is the type's name.
   static constexpr const char* name = "plugin";
   // The native_* members reduce in rank order whenever the configuration asks for it (they fall
   // back to the point-to-point ring when the plugin's own collectives do not).
@@ -92,7 +92,7 @@ class plugin_backend {
   ~plugin_backend() = default;
 
   // The plugin's own name ("tcp", "gloo"), used in messages; and the file it came from.
-  const std::string& plugin_name() const noexcept;
+  std::string instance_name() const;
   const std::string& path() const noexcept;
 
   int rank() const noexcept { return rank_; }
@@ -100,7 +100,8 @@ class plugin_backend {
 
   [[nodiscard]] plugin_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] plugin_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
-  // The plugin's send_detached, else an isend waited for at most 200 ms.
+  // The plugin's send_detached, else an isend waited for at most 200 ms (then dropped, as it is
+  // when its peer is gone).
   void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);
   void abort(const std::string& reason) noexcept;
 
