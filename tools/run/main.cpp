@@ -20,6 +20,7 @@
 
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/plugin/loader.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "environment.hpp"
 #include "job.hpp"
@@ -35,6 +36,31 @@ extern char** environ;
 namespace {
 
 using namespace distcomm::launcher;
+
+// A backend that is not built in names a plugin: one the ranks would not find (a typo) is refused
+// now, once, with the plugins that are there, rather than in every rank.
+void require_backend(const std::string& backend, const distcomm::plugin::env_lookup& getenv) {
+  if (backend.empty()) return;
+  for (const char* built_in : {"local", "mpi", "gloo", "ucx", "nccl"}) {
+    if (backend == built_in) return;
+  }
+  const std::string name = backend.rfind("plugin:", 0) == 0 ? backend.substr(7) : backend;
+  std::string seen;
+  for (const auto& p : distcomm::plugin::list(getenv)) {
+    if (p.name == name) return;
+    seen += (seen.empty() ? "" : ", ") + p.name;
+  }
+  std::string folders;
+  for (const auto& d : distcomm::plugin::search_path(getenv)) {
+    folders += (folders.empty() ? "" : ", ") + d;
+  }
+  throw distcomm::invalid_argument_error(
+      "DISTCOMM_BACKEND='" + backend +
+      "' is neither a backend (local, mpi, gloo, ucx, nccl) nor a " + "plugin found in " +
+      (folders.empty() ? std::string("(no folder)") : folders) +
+      " (plugins there: " + (seen.empty() ? std::string("none") : seen) +
+      "); set DISTCOMM_PLUGIN_PATH to the folder holding " + distcomm::plugin::file_name(name));
+}
 
 struct options {
   int np = 0;
@@ -207,6 +233,7 @@ int main(int argc, char** argv) {
     // Every rank reads the same DISTCOMM_* settings: refuse a bad one (--backend typo) now, once,
     // rather than in N processes.
     const distcomm::config config = distcomm::config::from_env(lookup_in(ranks.front()));
+    require_backend(config.backend, lookup_in(ranks.front()));
     if (o.print_config) {
       std::fputs(config.to_string().c_str(), stdout);
       return 0;
