@@ -184,3 +184,11 @@ TEST_CASE("plugin_backend: the local plugin, a world of one, through a communica
       error_of<dc::invalid_argument_error>([&] { (void)comm.backend().isend(&x, sizeof x, 5, 1); });
   CHECK_HAS(m, "local");
 }
+
+TEST_CASE("plugin_backend: open on the world and store of a job the program bootstrapped") {
+  dc::job j;  // what bootstrap() gives a world of one: no store
+  auto b = dc::plugin_backend::open(
+      std::string(DISTCOMM_BUILD_LIB_DIR) + "/" + pl::file_name("local"), j, dc::config{});
+  CHECK(b.rank() == 0);
+  CHECK(b.size() == 1);
+}

@@ -185,16 +185,25 @@ plugin_backend::plugin_backend(std::shared_ptr<detail::plugin_state> s)
       rank_(state_->t->rank(state_->ctx)),
       size_(state_->t->size(state_->ctx)) {}
 
-plugin_backend plugin_backend::open(const std::string& name, const config& cfg) {
-  const world_info w = detect_world();
-  args a;
+namespace {
+plugin_backend::args args_of(const world_info& w, plugin_backend::store_source kv) {
+  plugin_backend::args a;
   a.rank = w.rank;
   a.size = w.size;
   a.local_rank = w.local_rank;
   a.local_size = w.local_size;
-  a.kv = [cfg] { return detail::process_store(cfg); };
+  a.kv = std::move(kv);
   if (const char* o = std::getenv("DISTCOMM_PLUGIN_OPTIONS")) a.options = o;
-  return open(name, a, cfg);
+  return a;
+}
+}  // namespace
+
+plugin_backend plugin_backend::open(const std::string& name, const config& cfg) {
+  return open(name, args_of(detect_world(), [cfg] { return detail::process_store(cfg); }), cfg);
+}
+
+plugin_backend plugin_backend::open(const std::string& name, const job& j, const config& cfg) {
+  return open(name, args_of(j.world, [kv = j.kv] { return kv; }), cfg);
 }
 
 plugin_backend plugin_backend::open(const std::string& name, const args& a, const config& cfg) {

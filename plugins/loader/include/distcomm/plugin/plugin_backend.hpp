@@ -18,6 +18,7 @@
 #include "distcomm/backend.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/plugin/loader.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm {
@@ -81,8 +82,12 @@ class plugin_backend {
   // plugin's log lines in DistComm's log. Collective, like every backend's constructor. Errors:
   // invalid_argument_error when the plugin is missing or unusable (naming the file, the symbol
   // and what to do), the plugin's own error when its init fails.
+  // A program that bootstraps itself passes its job instead (bootstrapping twice in one process
+  // would host a second store on the master port).
   static plugin_backend open(const std::string& name, const config& cfg = config::from_env());
-  // The same with the world and store given (tests, programs that bootstrap themselves).
+  // On the world and store of `j` (from distcomm::bootstrap()), DISTCOMM_PLUGIN_OPTIONS.
+  static plugin_backend open(const std::string& name, const job& j, const config& cfg);
+  // With everything given (tests, embedding).
   static plugin_backend open(const std::string& name, const args& a, const config& cfg);
 
   plugin_backend(plugin_backend&&) noexcept = default;
