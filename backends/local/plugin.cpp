@@ -4,6 +4,7 @@
 // this process. init waits until every rank of the world joined; ranks in other processes never
 // can, so a world of more than one process fails at init, after the timeout, saying so.
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,14 +58,16 @@ distcomm::local_backend join(const distcomm::plugin::host& h) {
   }
   const auto until = distcomm::deadline_after(h.timeout);
   if (!r.cv.wait_until(lock, until, [&] { return w->joined == size; })) {
-    --w->joined;
+    const int joined = w->joined--;
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%g", h.timeout.count());
     throw distcomm::timeout_error(
-        "local: rank " + std::to_string(rank) + " waited " + std::to_string(h.timeout.count()) +
-        " s for the other ranks of a world of " + std::to_string(size) + ", but only " +
-        std::to_string(w->joined) +
-        " joined in this process. The local backend's ranks are threads of one process (each "
-        "loads the plugin); for ranks that are processes choose a network backend "
-        "(DISTCOMM_BACKEND=gloo, ucx or mpi)");
+        "local: rank " + std::to_string(rank) + " waited " + waited +
+        " s for the other ranks of its world of " + std::to_string(size) + ", but only " +
+        std::to_string(joined) +
+        " of them made a backend in this process. The local backend's "
+        "ranks are threads of one process (each loads the plugin); for ranks that are processes "
+        "choose a network backend (DISTCOMM_BACKEND=gloo, ucx or mpi)");
   }
   return w->world.backend(rank);
 }

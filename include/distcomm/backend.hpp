@@ -130,6 +130,7 @@ struct native_is_deterministic<B, std::enable_if_t<B::native_is_deterministic>> 
 //   bool unreceived_messages_ok_now() const;  // consulted when the static trait allows them
 //   void fill_defaults(config& c);             // fills what c leaves to the backend (algo,
 //                                              // segment_bytes, fusion_cutoff) and may keep c
+//   const std::string& instance_name() const;  // the name messages use instead of B::name
 // A communicator calls fill_defaults on its configuration before the static defaults apply.
 // Backends without them compile to exactly what they did before.
 template <class, class = void>
@@ -150,6 +151,23 @@ bool unreceived_messages_ok_at(const B& b) noexcept {
   }
 }
 
+// The name messages use: `const std::string& instance_name() const` where a backend has one (a
+// plugin's own name), else B::name.
+template <class, class = void>
+struct has_instance_name : std::false_type {};
+template <class B>
+struct has_instance_name<B, std::void_t<decltype(std::declval<const B&>().instance_name())>>
+    : std::true_type {};
+
+template <class B>
+std::string name_of(const B& b) {
+  if constexpr (has_instance_name<B>::value) {
+    return b.instance_name();
+  } else {
+    return B::name;
+  }
+}
+
 template <class B, class C, class = void>
 struct has_fill_defaults : std::false_type {};
 template <class B, class C>
@@ -164,18 +182,12 @@ C with_runtime_defaults(B& b, C c) {
   return c;
 }
 
-// The name of backend b for messages: a backend that learns its name at run time (plugin_backend)
-// has `plugin_name()`; the others are called B::name.
-template <class, class = void>
-struct has_plugin_name : std::false_type {};
-template <class B>
-struct has_plugin_name<B, std::void_t<decltype(std::declval<const B&>().plugin_name().c_str())>>
-    : std::true_type {};
-
+// The same, without a copy: a backend's instance_name() returns a reference that lives as long as
+// the backend (plugin_backend's does).
 template <class B>
 const char* backend_name_of(const B& b) noexcept {
-  if constexpr (has_plugin_name<B>::value) {
-    return b.plugin_name().c_str();
+  if constexpr (has_instance_name<B>::value) {
+    return b.instance_name().c_str();
   } else {
     (void)b;
     return B::name;

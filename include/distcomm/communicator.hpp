@@ -264,7 +264,7 @@ class communicator {
 
   static constexpr bool moves_device = detail::moves_device_memory<Backend>::value;
 
-  static void check_tensor(const char* what, const tensor_view& t) {
+  void check_tensor(const char* what, const tensor_view& t) const {
     if (!is_valid(t.type)) {
       throw invalid_argument_error(std::string(what) + ": invalid dtype value " +
                                    std::to_string(static_cast<int>(t.type)));
@@ -282,8 +282,8 @@ class communicator {
     const memory_kind moved = moves_device ? memory_kind::cuda : memory_kind::host;
     if (t.memory != moved) {
       throw invalid_argument_error(std::string(what) + ": tensor in " + to_string(t.memory) +
-                                   " memory, but backend '" + Backend::name + "' moves " +
-                                   to_string(moved) + " memory only");
+                                   " memory, but backend '" + detail::name_of(backend_) +
+                                   "' moves " + to_string(moved) + " memory only");
     }
   }
 

@@ -5,10 +5,15 @@
 // whose ranks must share a process). Installed as distcomm-backend-check: the contract tests a
 // plugin author runs against a new transport.
 #define DOCTEST_CONFIG_IMPLEMENT
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "context.hpp"
 #include "distcomm/plugin/plugin_backend.hpp"

@@ -9,11 +9,16 @@
 #                         export, and test_package/ (the Conan test project) configured with
 #                         plain CMake against the prefix, built and run
 #   --check libtorch      examples/libtorch configured as a project of its own against the
-#                         prefix (find_package(DistComm) naming only transports), built, and run
-#                         with 2 ranks as threads (examples/libtorch/test_train.sh)
+#                         prefix (find_package(DistComm COMPONENTS init)), built, and run with 2
+#                         ranks as threads (examples/libtorch/test_train.sh)
+#   --check plugin_example  plugins/examples/tcp (an out-of-tree backend plugin, its own CMake
+#                         project using only the installed C header) built against the prefix,
+#                         then loaded by name by the installed distcomm-backend-check, which runs
+#                         the backend suite over it as 2 and 3 processes (distcomm-run)
 # The temporary prefix and build trees are removed on exit (DISTCOMM_KEEP_TMP=1 keeps them).
 #
-# usage: run.sh --build-dir DIR --check pkgconfig|test_package|libtorch [--cmake CMAKE]
+# usage: run.sh --build-dir DIR --check pkgconfig|test_package|libtorch|plugin_example
+#               [--cmake CMAKE]
 #               [--generator GEN] [--make-program PROG] [--cxx COMPILER] [--config BUILD_TYPE]
 #               [--sanitize ON|OFF] [--distcomm-run PATH] [--mpiexec PATH] [--python PATH]
 # Anything not given is read from DIR/CMakeCache.txt.
@@ -42,8 +47,8 @@ while (($#)); do
 done
 [[ -n "$build_dir" ]] || { echo "run.sh: --build-dir is required" >&2; exit 2; }
 case "$check" in
-  pkgconfig|test_package|libtorch) ;;
-  *) echo "run.sh: --check pkgconfig|test_package|libtorch is required" >&2; exit 2 ;;
+  pkgconfig|test_package|libtorch|plugin_example) ;;
+  *) echo "run.sh: --check pkgconfig|test_package|libtorch|plugin_example is required" >&2; exit 2 ;;
 esac
 cache="$build_dir/CMakeCache.txt"
 [[ -f "$cache" ]] || { echo "run.sh: $cache not found: configure DistComm there first" >&2; exit 2; }
@@ -131,6 +136,31 @@ if [[ "$check" == libtorch ]]; then
   "$source_dir/examples/libtorch/test_train.sh" "$bin" local
   echo
   echo "packaging: OK (examples/libtorch built against the install and run)"
+  exit 0
+fi
+
+if [[ "$check" == plugin_example ]]; then
+  step "configure and build plugins/examples/tcp (its own CMake project) against $prefix"
+  plugin="$(build_against_prefix "$source_dir/plugins/examples/tcp" tcp libdistcomm_backend_tcp.so)"
+  exported="$(nm -D --defined-only "$plugin" | awk '{print $3}' | tr '\n' ' ')"
+  [[ "$exported" == "distcomm_backend_plugin_v1 " ]] ||
+    fail "the plugin exports '$exported', not just distcomm_backend_plugin_v1"
+  check_bin="$prefix/bin/distcomm-backend-check"
+  [[ -x "$check_bin" ]] || fail "distcomm-backend-check was not installed in $prefix/bin"
+  [[ -n "$distcomm_run" ]] || fail "--distcomm-run is needed to run the ranks"
+
+  for np in 2 3; do
+    step "the installed distcomm-backend-check on it, $np processes, DISTCOMM_BACKEND=tcp"
+    DISTCOMM_BACKEND=tcp DISTCOMM_PLUGIN_PATH="$(dirname "$plugin")" \
+      "$distcomm_run" -np "$np" --timeout 150 "$check_bin" >"$tmp/check-np$np.log" 2>&1 ||
+      { cat "$tmp/check-np$np.log"; fail "the backend suite failed on the tcp plugin at $np ranks"; }
+    [[ "$(grep -c 'Status: SUCCESS' "$tmp/check-np$np.log")" == "$np" ]] ||
+      { cat "$tmp/check-np$np.log"; fail "not every one of $np ranks reported success"; }
+    grep -m 1 'test cases:' "$tmp/check-np$np.log"
+  done
+  echo
+  echo "packaging: OK (the tcp plugin built out of the tree against the install, loaded by name," \
+    "passed the backend suite at 2 and 3 ranks)"
   exit 0
 fi
 

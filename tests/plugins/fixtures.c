@@ -3,7 +3,7 @@
  * failing in one way:
  *   1 nosymbol    exports no ABI entry point
  *   2 badversion  its table says version 99
- *   3 initfails   init returns DISTCOMM_V1_RENDEZVOUS with a text of its own
+ *   3 initfails   init logs a line, then returns DISTCOMM_V1_RENDEZVOUS with a text of its own
  *   4 incomplete  its table lacks isend
  *   5 device      its table says DISTCOMM_V1_DEVICE_MEMORY
  */
@@ -24,6 +24,9 @@ static int fixture_init(void** ctx, const distcomm_init_args_v1* args, distcomm_
   (void)args;
 #if FIXTURE == 3
   (void)ctx;
+  if (args->log != NULL) {
+    args->log(args->log_user, DISTCOMM_V1_LOG_WARN, "fixture: looking for the fabric manager");
+  }
   snprintf(err->text, sizeof err->text, "fixture: cannot reach the fabric manager at 10.0.0.1");
   return DISTCOMM_V1_RENDEZVOUS;
 #else

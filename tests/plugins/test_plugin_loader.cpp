@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distcomm/communicator.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/log.hpp"
 #include "distcomm/plugin/loader.hpp"
 #include "distcomm/plugin/plugin_backend.hpp"
 
@@ -120,12 +122,25 @@ TEST_CASE("plugin loader: a table without a required function names it") {
   CHECK_HAS(m, "lacks required functions: isend");
 }
 
+namespace {
+// The lines the program's log received (through a sink, as a framework would install one).
+std::vector<std::pair<dc::log_level, std::string>> logged;
+}  // namespace
+
 TEST_CASE("plugin_backend: an init that fails raises the plugin's error kind and text") {
+  logged.clear();
+  dc::set_log_sink([](void*, dc::log_level l, const char* m) { logged.emplace_back(l, m); },
+                   nullptr);
   const std::string m = error_of<dc::rendezvous_error>(
       [] { dc::plugin_backend::open(fixture("initfails"), alone(), dc::config{}); });
+  dc::set_log_sink(nullptr, nullptr);
   CHECK_HAS(m, fixture("initfails"));
   CHECK_HAS(m, "('fixture') failed to initialise rank 0 of 1");
   CHECK_HAS(m, "cannot reach the fabric manager at 10.0.0.1");
+  // What the plugin logged went to the program's log, at its level.
+  REQUIRE(logged.size() == 1);
+  CHECK(logged[0].first == dc::log_level::warn);
+  CHECK(logged[0].second == "fixture: looking for the fabric manager");
 }
 
 TEST_CASE("plugin_backend: a plugin of device memory is refused by name") {
@@ -136,9 +151,17 @@ TEST_CASE("plugin_backend: a plugin of device memory is refused by name") {
 }
 
 TEST_CASE("plugin_backend: the local plugin, a world of one, through a communicator") {
+  // A plugin that never touches the store never makes the program connect to one.
+  int stores_made = 0;
+  dc::plugin_backend::args a = alone();
+  a.kv = [&stores_made] {
+    ++stores_made;
+    return std::shared_ptr<dc::store>();
+  };
   auto b = dc::plugin_backend::open(
-      std::string(DISTCOMM_BUILD_LIB_DIR) + "/" + pl::file_name("local"), alone(), dc::config{});
-  CHECK(b.plugin_name() == "local");
+      std::string(DISTCOMM_BUILD_LIB_DIR) + "/" + pl::file_name("local"), a, dc::config{});
+  CHECK(stores_made == 0);
+  CHECK(b.instance_name() == "local");
   CHECK(b.rank() == 0);
   CHECK(b.size() == 1);
   CHECK(b.plugin_has("allreduce"));
@@ -150,9 +173,22 @@ TEST_CASE("plugin_backend: the local plugin, a world of one, through a communica
   std::vector<float> v = {1.0f, 2.0f};
   comm.allreduce(dc::view(v));
   CHECK(v == std::vector<float>{1.0f, 2.0f});
+  // The communicator's own messages name the plugin, not the adapter type.
+  dc::tensor_view on_device = dc::view(v);
+  on_device.memory = dc::memory_kind::cuda;
+  CHECK_HAS(error_of<dc::invalid_argument_error>([&] { comm.allreduce(on_device); }),
+            "backend 'local' moves host memory only");
   // A plugin's failure keeps its kind and names the plugin: a peer outside the world.
   int x = 0;
   const std::string m =
       error_of<dc::invalid_argument_error>([&] { (void)comm.backend().isend(&x, sizeof x, 5, 1); });
   CHECK_HAS(m, "local");
+}
+
+TEST_CASE("plugin_backend: open on the world and store of a job the program bootstrapped") {
+  dc::job j;  // what bootstrap() gives a world of one: no store
+  auto b = dc::plugin_backend::open(
+      std::string(DISTCOMM_BUILD_LIB_DIR) + "/" + pl::file_name("local"), j, dc::config{});
+  CHECK(b.rank() == 0);
+  CHECK(b.size() == 1);
 }

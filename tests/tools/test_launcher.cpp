@@ -419,10 +419,16 @@ TEST_CASE("launcher: --backend sets DISTCOMM_BACKEND; an unknown one is refused 
   const auto e = job_env({"-np", "2", "--backend", "gloo"}, clean_env());
   CHECK(e.at(0).at("DISTCOMM_BACKEND") == "gloo");
   CHECK(e.at(1).at("DISTCOMM_BACKEND") == "gloo");
+  // A plugin the ranks will find (the build tree's lib/ holds every backend's) is accepted.
+  const auto p = job_env({"-np", "2", "--backend", "plugin:local"}, clean_env());
+  CHECK(p.at(0).at("DISTCOMM_BACKEND") == "plugin:local");
 
   const result bad = run({"-np", "2", "--backend", "carrier-pigeon", child_path, "print", "ran"});
   CHECK(bad.code == 2);
   CHECK_HAS(bad.err, "DISTCOMM_BACKEND='carrier-pigeon'");
+  CHECK_HAS(bad.err,
+            "set DISTCOMM_PLUGIN_PATH to the folder holding "
+            "libdistcomm_backend_carrier-pigeon.so");
   CHECK(bad.out == "");
 }
 

@@ -160,11 +160,17 @@ void check_backend(const std::string& name, const distcomm::plugin::env_lookup& 
     if (p.name == plugin) return;
     plugins += (plugins.empty() ? "" : ", ") + p.name;
   }
-  throw launch_failure(exit_usage, "DISTCOMM_BACKEND='" + name +
-                                       "' is neither a backend built into DistComm (" + names +
-                                       ") nor a plugin on the search path (" +
-                                       (plugins.empty() ? std::string("none found") : plugins) +
-                                       "; DISTCOMM_PLUGIN_PATH adds folders)");
+  std::string folders;
+  for (const std::string& d : distcomm::plugin::search_path(getenv)) {
+    folders += (folders.empty() ? "" : ", ") + d;
+  }
+  throw launch_failure(
+      exit_usage, "DISTCOMM_BACKEND='" + name + "' is neither a backend built into DistComm (" +
+                      names + ") nor a plugin found in " +
+                      (folders.empty() ? std::string("(no folder)") : folders) +
+                      " (plugins there: " + (plugins.empty() ? std::string("none") : plugins) +
+                      "); set DISTCOMM_PLUGIN_PATH to the folder holding " +
+                      distcomm::plugin::file_name(plugin));
 }
 
 }  // namespace

@@ -19,8 +19,8 @@
  *    cancelled receive that no message matched yet is retracted (that message goes to the next
  *    receive posted for the same peer and tag);
  *  - buffers are host memory, unless the table's flags say DISTCOMM_V1_DEVICE_MEMORY;
- *  - one context is used from one thread at a time; distinct contexts may be used from distinct
- *    threads at once.
+ *  - a context is used from one thread at a time; whether distinct contexts may be used from
+ *    distinct threads at once is for the plugin to document (MPI's may not).
  * Every call that fails fills the caller's distcomm_error_v1 with a message that says what failed
  * and, when it can, what to do (NUL-terminated, truncated to fit). */
 #ifndef DISTCOMM_BACKEND_V1_H

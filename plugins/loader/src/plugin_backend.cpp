@@ -185,16 +185,25 @@ plugin_backend::plugin_backend(std::shared_ptr<detail::plugin_state> s)
       rank_(state_->t->rank(state_->ctx)),
       size_(state_->t->size(state_->ctx)) {}
 
-plugin_backend plugin_backend::open(const std::string& name, const config& cfg) {
-  const world_info w = detect_world();
-  args a;
+namespace {
+plugin_backend::args args_of(const world_info& w, plugin_backend::store_source kv) {
+  plugin_backend::args a;
   a.rank = w.rank;
   a.size = w.size;
   a.local_rank = w.local_rank;
   a.local_size = w.local_size;
-  a.kv = [cfg] { return detail::process_store(cfg); };
+  a.kv = std::move(kv);
   if (const char* o = std::getenv("DISTCOMM_PLUGIN_OPTIONS")) a.options = o;
-  return open(name, a, cfg);
+  return a;
+}
+}  // namespace
+
+plugin_backend plugin_backend::open(const std::string& name, const config& cfg) {
+  return open(name, args_of(detect_world(), [cfg] { return detail::process_store(cfg); }), cfg);
+}
+
+plugin_backend plugin_backend::open(const std::string& name, const job& j, const config& cfg) {
+  return open(name, args_of(j.world, [kv = j.kv] { return kv; }), cfg);
 }
 
 plugin_backend plugin_backend::open(const std::string& name, const args& a, const config& cfg) {
@@ -247,7 +256,7 @@ plugin_backend plugin_backend::open(const std::string& name, const args& a, cons
   return plugin_backend(std::move(s));
 }
 
-const std::string& plugin_backend::plugin_name() const noexcept { return state_->name; }
+const std::string& plugin_backend::instance_name() const noexcept { return state_->name; }
 const std::string& plugin_backend::path() const noexcept { return state_->lib.path(); }
 
 plugin_request plugin_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
@@ -271,8 +280,13 @@ void plugin_backend::send_detached(const void* data, std::size_t bytes, int peer
                   "send_detached", err);
     return;
   }
-  // Small messages leave at once on a network transport; the limit guards a wedged one.
-  isend(data, bytes, peer, tag).wait(deadline_after(std::chrono::milliseconds(200)));
+  // Small messages leave at once on a network transport; the limit guards a wedged one. Nobody
+  // waits for this send: one that cannot leave (its peer is gone or stuck) is dropped.
+  try {
+    isend(data, bytes, peer, tag).wait(deadline_after(std::chrono::milliseconds(200)));
+  } catch (const timeout_error&) {
+  } catch (const peer_lost_error&) {
+  }
 }
 
 void plugin_backend::abort(const std::string& reason) noexcept {

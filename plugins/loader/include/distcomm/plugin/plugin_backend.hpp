@@ -18,6 +18,7 @@
 #include "distcomm/backend.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/plugin/loader.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm {
@@ -54,7 +55,7 @@ class [[nodiscard]] plugin_request {
 class plugin_backend {
  public:
   using request = plugin_request;
-  // Messages name the plugin itself (plugin_name()); this is the type's name.
+  // Messages name the plugin itself (instance_name()); this is the type's name.
   static constexpr const char* name = "plugin";
   // The native_* members reduce in rank order whenever the configuration asks for it (they fall
   // back to the point-to-point ring when the plugin's own collectives do not).
@@ -81,8 +82,12 @@ class plugin_backend {
   // plugin's log lines in DistComm's log. Collective, like every backend's constructor. Errors:
   // invalid_argument_error when the plugin is missing or unusable (naming the file, the symbol
   // and what to do), the plugin's own error when its init fails.
+  // A program that bootstraps itself passes its job instead (bootstrapping twice in one process
+  // would host a second store on the master port).
   static plugin_backend open(const std::string& name, const config& cfg = config::from_env());
-  // The same with the world and store given (tests, programs that bootstrap themselves).
+  // On the world and store of `j` (from distcomm::bootstrap()), DISTCOMM_PLUGIN_OPTIONS.
+  static plugin_backend open(const std::string& name, const job& j, const config& cfg);
+  // With everything given (tests, embedding).
   static plugin_backend open(const std::string& name, const args& a, const config& cfg);
 
   plugin_backend(plugin_backend&&) noexcept = default;
@@ -92,7 +97,7 @@ class plugin_backend {
   ~plugin_backend() = default;
 
   // The plugin's own name ("tcp", "gloo"), used in messages; and the file it came from.
-  const std::string& plugin_name() const noexcept;
+  const std::string& instance_name() const noexcept;
   const std::string& path() const noexcept;
 
   int rank() const noexcept { return rank_; }
@@ -100,7 +105,8 @@ class plugin_backend {
 
   [[nodiscard]] plugin_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] plugin_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
-  // The plugin's send_detached, else an isend waited for at most 200 ms.
+  // The plugin's send_detached, else an isend waited for at most 200 ms (then dropped, as it is
+  // when its peer is gone).
   void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);
   void abort(const std::string& reason) noexcept;
 
