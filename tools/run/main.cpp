@@ -127,13 +127,8 @@ void require_open_mpi(const std::string& mpirun) {
                                        "MPI's own mpiexec");
 }
 
-}  // namespace
-
-namespace {
-
-// The ranks' backend must exist before N processes start to find out: a backend built into this
-// DistComm, or a plugin on the ranks' search path (DISTCOMM_PLUGIN_PATH, the installation's).
-void check_backend(const std::string& name, const distcomm::plugin::env_lookup& getenv) {
+// The backends this DistComm was built with (distcomm/backends/built.hpp).
+std::vector<std::string> built_backends() {
   static const char* const built[] = {
     "local",
 #if DISTCOMM_BUILT_MPI
@@ -149,11 +144,20 @@ void check_backend(const std::string& name, const distcomm::plugin::env_lookup& 
     "nccl",
 #endif
   };
-  std::string names;
-  for (const char* b : built) {
-    if (name == b) return;
-    names += (names.empty() ? "" : ", ") + std::string(b);
-  }
+  return {std::begin(built), std::end(built)};
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// The ranks' backend must exist before N processes start to find out: a backend built into this
+// DistComm, or a plugin on the ranks' search path (DISTCOMM_PLUGIN_PATH, the installation's).
+void check_backend(const std::string& name, const distcomm::plugin::env_lookup& getenv) {
+  const std::vector<std::string> built = built_backends();
+  if (std::find(built.begin(), built.end(), name) != built.end()) return;
   const std::string plugin = name.rfind("plugin:", 0) == 0 ? name.substr(7) : name;
   std::string plugins;
   for (const distcomm::plugin::available& p : distcomm::plugin::list(getenv)) {
@@ -166,7 +170,7 @@ void check_backend(const std::string& name, const distcomm::plugin::env_lookup& 
   }
   throw launch_failure(
       exit_usage, "DISTCOMM_BACKEND='" + name + "' is neither a backend built into DistComm (" +
-                      names + ") nor a plugin found in " +
+                      join(built) + ") nor a plugin found in " +
                       (folders.empty() ? std::string("(no folder)") : folders) +
                       " (plugins there: " + (plugins.empty() ? std::string("none") : plugins) +
                       "); set DISTCOMM_PLUGIN_PATH to the folder holding " +
@@ -188,7 +192,8 @@ int main(int argc, char** argv) {
       "tools/README.md.");
   app.add_option("-n,--np", o.np, "Number of ranks (also -np)")->check(CLI::Range(1, 4096));
   app.add_option("--backend", o.backend,
-                 "DISTCOMM_BACKEND for the ranks (local, mpi, gloo, ucx, nccl)");
+                 "DISTCOMM_BACKEND for the ranks: " + join(built_backends()) +
+                     ", or a plugin's name (plugins/README.md)");
   app.add_option("--timeout", o.timeout, "Stop the job after S seconds, exit 124 (0 = no limit)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--grace", o.grace, "Seconds between SIGTERM and SIGKILL when stopping")
