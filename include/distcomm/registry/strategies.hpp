@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -73,10 +74,10 @@ inline bool names_strategy(const strategy_info& s, const std::string& name) {
 // True when strategy S runs on backend B: native needs the backend's own allreduce, and on a
 // backend that moves device memory the point-to-point strategies need its memory operations.
 template <class S, class B>
-inline constexpr bool strategy_runs_on_v =
-    std::is_same_v<S, strategy::native> ? has_native_allreduce_v<B>
-                                        : (!detail::moves_device_memory<B>::value ||
-                                           detail::has_memory_ops<B>::value);
+inline constexpr bool strategy_runs_on_v = std::is_same_v<S, strategy::native>
+                                               ? has_native_allreduce_v<B>
+                                               : (!detail::moves_device_memory<B>::value ||
+                                                  detail::has_memory_ops<B>::value);
 
 // The registry's name of strategy type S ("rd" for strategy::recursive_doubling), or nullptr when S
 // is not in the registry (a strategy of the application's own).
@@ -126,7 +127,8 @@ auto visit_strategy(const std::string& name, F&& f, const char* backend_name = B
   bool found = false;
   detail::for_each_strategy_entry([&](const auto& e) {
     using S = typename std::decay_t<decltype(e)>::type;
-    if (found || wanted.name != e.info.name) return;
+    // By text: the same literal may have a different address in each translation unit.
+    if (found || std::strcmp(wanted.name, e.info.name) != 0) return;
     found = true;
     if constexpr (strategy_runs_on_v<S, B>) {
       if constexpr (std::is_void_v<result>) {
@@ -142,6 +144,7 @@ auto visit_strategy(const std::string& name, F&& f, const char* backend_name = B
           "; use one of: " + join_names(strategies_for<B>()));
     }
   });
+  if (!found) throw error("strategy registry: no entry named '" + std::string(wanted.name) + "'");
   if constexpr (!std::is_void_v<result>) return std::move(*out);
 }
 
