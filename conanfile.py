@@ -20,7 +20,9 @@ from conan.tools.gnu import PkgConfig
 
 required_conan_version = ">=2.0"
 
-# Backends that an option switches on, in the order of DistCommInstall.cmake's known components.
+# Backends that an option switches on: DISTCOMM_OPTIONAL_BACKENDS of the root CMakeLists.txt, in
+# its order (tests/packaging/check_recipes.py checks that they agree). The CUDA layer's option
+# with_cuda is passed on its own in generate().
 _BACKENDS = ("mpi", "gloo", "ucx", "nccl")
 
 
@@ -161,9 +163,11 @@ class DistCommConan(ConanFile):
         # Backend plugins: the C ABI header (header-only) and the loader with plugin_backend.
         plugin_abi = self.cpp_info.components["plugin_abi"]
         plugin_abi.set_property("cmake_target_name", "DistComm::plugin_abi")
+        plugin_abi.set_property("pkg_config_name", "distcomm-plugin_abi")
         plugin_abi.libs = []
         plugin = self.cpp_info.components["plugin"]
         plugin.set_property("cmake_target_name", "DistComm::plugin")
+        plugin.set_property("pkg_config_name", "distcomm-plugin")
         plugin.libs = ["distcomm_plugin"]
         plugin.requires = ["core", "plugin_abi"]
         if self.settings.os in ("Linux", "FreeBSD"):
@@ -218,8 +222,10 @@ class DistCommConan(ConanFile):
             nccl.requires = ["local", "cuda"]  # and core through them
             nccl.system_libs = ["nccl"]  # cudart and CUDA's folders come with cuda
 
-        # distcomm::init() and the backend registry: every component this package was built with.
+        # distcomm::init() and the backend registry: it requires every other component of this
+        # package (declared above), so a program linking it has every backend it was built with.
         init = self.cpp_info.components["init"]
         init.set_property("cmake_target_name", "DistComm::init")
+        init.set_property("pkg_config_name", "distcomm-init")
         init.libs = ["distcomm_init"]
         init.requires = [name for name in self.cpp_info.components if name != "init"]

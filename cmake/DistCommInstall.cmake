@@ -119,9 +119,14 @@ if(TARGET distcomm_nccl AND EXISTS "${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake")
           COMPONENT DistComm_Development)
 endif()
 
-# ---- pkg-config: distcomm.pc (core + local) and distcomm-<backend>.pc --------------------------
-# For builds without CMake: c++ app.cpp $(pkg-config --cflags --libs distcomm distcomm-gloo).
-# Each built backend with a template cmake/distcomm-<name>.pc.in gets a module.
+# ---- pkg-config: distcomm.pc (core + local), distcomm-<component>.pc, distcomm-all.pc ----------
+# For builds without CMake: c++ app.cpp $(pkg-config --cflags --libs distcomm-init).
+# Every built component but local (which shares distcomm.pc with core) has a module from its
+# template cmake/distcomm-<name>.pc.in: the backends, cuda, plugin_abi (the plugin ABI's headers
+# only), plugin (the loader) and init, which requires the module of every component DistComm::init
+# links. distcomm-all is the umbrella DistComm::DistComm: it requires the module of every
+# component that target links. The modules init and the umbrella require are read from their
+# targets' link interfaces, so the pkg-config and CMake views cannot drift apart.
 # Written in two passes: at configure time everything but the prefix is filled in (below); the
 # install step then writes prefix= as the prefix actually installed to, so `cmake --install
 # --prefix DIR` and packagers that install into a staging prefix get a correct file.
@@ -232,7 +237,43 @@ function(_distcomm_pc_gloo libs_var)
   set(${libs_var} "${_dir_flag} -lgloo" PARENT_SCOPE)
 endfunction()
 
+# _distcomm_pc_module(<out-var> <component>): the pkg-config module of a component (DistComm: the
+# umbrella).
+function(_distcomm_pc_module out comp)
+  if(comp MATCHES "^(core|local)$")
+    set(${out} distcomm PARENT_SCOPE)
+  elseif(comp STREQUAL "DistComm")
+    set(${out} distcomm-all PARENT_SCOPE)
+  else()
+    set(${out} distcomm-${comp} PARENT_SCOPE)
+  endif()
+endfunction()
+
+# _distcomm_pc_linked_modules(<out-var> <target> <module>): "<module> = <version>" for each
+# DistComm component the target links (PUBLIC or, for a static library, PRIVATE), other than the
+# target's own module, in link order.
+function(_distcomm_pc_linked_modules out target self)
+  get_target_property(_links ${target} INTERFACE_LINK_LIBRARIES)
+  set(_modules "")
+  foreach(_link IN LISTS _links)
+    if(NOT _link MATCHES "^(\\$<LINK_ONLY:)?distcomm_([a-z_]+)>?$")
+      continue()
+    endif()
+    set(_comp "${CMAKE_MATCH_2}")
+    if(NOT _comp IN_LIST DISTCOMM_BUILT_COMPONENTS)
+      continue()
+    endif()
+    _distcomm_pc_module(_module ${_comp})
+    if(NOT _module STREQUAL self)
+      list(APPEND _modules "${_module} = ${PROJECT_VERSION}")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES _modules)
+  set(${out} "${_modules}" PARENT_SCOPE)
+endfunction()
+
 _distcomm_pc_dir(DISTCOMM_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
+_distcomm_pc_dir(DISTCOMM_PC_PLUGINDIR "${DISTCOMM_INSTALL_PLUGINDIR}")
 _distcomm_pc_dir(DISTCOMM_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
 # Kept as a placeholder by the first pass, filled in by the install step.
 set(DISTCOMM_PC_PREFIX "@DISTCOMM_PC_PREFIX@")
@@ -242,20 +283,21 @@ if(CMAKE_USE_PTHREADS_INIT)
 endif()
 set(_distcomm_pc_stage "${PROJECT_BINARY_DIR}/pkgconfig")
 set(_distcomm_pc_modules "")
-foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
-  # core and local share distcomm.pc (plugins are for CMake builds); a backend's dependencies
-  # decide its fields.
-  if(_comp MATCHES "^(local|plugin_abi|plugin)$")
+foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS ITEMS DistComm)
+  # core and local share distcomm.pc; a component's dependencies decide its fields.
+  if(_comp STREQUAL "local")
     continue()
-  elseif(_comp STREQUAL "core")
-    set(_module distcomm)
-    set(_template "${PROJECT_SOURCE_DIR}/cmake/distcomm.pc.in")
+  endif()
+  _distcomm_pc_module(_module ${_comp})
+  set(_template "${PROJECT_SOURCE_DIR}/cmake/${_module}.pc.in")
+  if(_comp STREQUAL "DistComm")
+    set(_target distcomm)
   else()
-    set(_module distcomm-${_comp})
-    set(_template "${PROJECT_SOURCE_DIR}/cmake/distcomm-${_comp}.pc.in")
+    set(_target distcomm_${_comp})
   endif()
   if(NOT EXISTS "${_template}")
-    message(STATUS "DistComm: no pkg-config module for ${_comp} (no cmake/${_module}.pc.in)")
+    message(WARNING "DistComm: component ${_comp} has no pkg-config template "
+                    "cmake/${_module}.pc.in: no module ${_module} is installed")
     continue()
   endif()
 
@@ -276,6 +318,15 @@ foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
     _distcomm_pc_gloo(_libs)
   elseif(_comp STREQUAL "ucx")
     set(_requires ucx)
+  elseif(_comp MATCHES "^(plugin|init|DistComm)$")
+    # The components the target links, each through its own module (public: they are PUBLIC
+    # in CMake, their headers included by the target's); the loader needs libdl.
+    _distcomm_pc_linked_modules(_public_requires ${_target} ${_module})
+    if(_comp STREQUAL "plugin")
+      foreach(_lib IN LISTS CMAKE_DL_LIBS)
+        string(APPEND _libs " -l${_lib}")
+      endforeach()
+    endif()
   elseif(_comp STREQUAL "cuda" OR _comp STREQUAL "nccl")
     # <cuda_runtime_api.h> (and nccl's <nccl.h>) are in its headers; CUDA's pkg-config modules
     # are named after the toolkit version (cudart-13.0), so the directories are given directly
@@ -300,8 +351,8 @@ foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS)
     set(_public_libs "${_lib_dirs} ${_public_libs}")
   endif()
 
-  get_target_property(_type distcomm_${_comp} TYPE)
-  if(_type STREQUAL "STATIC_LIBRARY")
+  get_target_property(_type ${_target} TYPE)
+  if(NOT _type STREQUAL "SHARED_LIBRARY")  # static, or header-only (INTERFACE)
     set(DISTCOMM_PC_REQUIRES ${_public_requires} ${_requires})
     set(DISTCOMM_PC_REQUIRES_PRIVATE "")
     set(DISTCOMM_PC_LIBS "${_public_libs} ${_libs}")

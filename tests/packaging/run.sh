@@ -2,9 +2,12 @@
 # Packaging tests (label "packaging"). Installs a DistComm build tree's development and runtime
 # components into a temporary prefix, then checks one way of consuming it:
 #   --check pkgconfig     the pkg-config modules: prefix, validity, one module per built
-#                         component; examples/hello/hello.cpp compiled with nothing but
-#                         `c++ hello.cpp $(pkg-config --cflags --libs ...)` and run: --np 2 on
-#                         distcomm.pc alone, then 2 processes on each transport built
+#                         component (core and local: distcomm) and distcomm-all; programs
+#                         compiled with nothing but `c++ x.cpp $(pkg-config --cflags --libs ...)`
+#                         and run: test_package.cpp on distcomm alone; examples/hello/hello.cpp
+#                         (distcomm::init()) on distcomm-init and on distcomm-all, --np 2, then
+#                         2 processes on each transport built; plugins/examples/tcp built as a
+#                         plugin on distcomm-plugin_abi alone and run under hello by its name
 #   --check test_package  the recipes' static checks (check_recipes.py) against the installed
 #                         export, and test_package/ (the Conan test project) configured with
 #                         plain CMake against the prefix, built and run
@@ -88,6 +91,10 @@ sanitize_flags=()
 case "${sanitize^^}" in
   ON|TRUE|YES|1) sanitize_flags=(-fsanitize=address,undefined) ;;
 esac
+# The programs compiled from pkg-config's flags get the build type's flags (Release: -O3
+# -DNDEBUG), as the CMake projects below do through CMAKE_BUILD_TYPE.
+read -r -a config_flags <<<"$(from_cache "CMAKE_CXX_FLAGS_${config^^}")"
+compile_flags=(${config_flags[@]+"${config_flags[@]}"} ${sanitize_flags[@]+"${sanitize_flags[@]}"})
 
 # Only the two components a package is made of (libraries, headers, CMake and pkg-config files):
 # what they install must be enough on its own.
@@ -185,16 +192,16 @@ pc_dir="$prefix/$pkgconfig_dir"
 [[ -d "$pc_dir" ]] || fail "no $pc_dir: the install wrote no pkg-config modules"
 export PKG_CONFIG_PATH="$pc_dir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 
-step "one valid module per built component, naming the prefix installed to"
+step "one valid module per built component and distcomm-all, naming the prefix installed to"
 modules=()
 for component in "${components[@]}"; do
   case "$component" in
     core) modules+=(distcomm) ;;
     local) ;;  # in distcomm.pc, with core
-    plugin_abi|plugin) ;;  # for CMake consumers (plugins/README.md)
     *) modules+=("distcomm-$component") ;;
   esac
 done
+modules+=(distcomm-all)  # the umbrella DistComm::DistComm
 for module in "${modules[@]}"; do
   [[ -f "$pc_dir/$module.pc" ]] ||
     fail "component module $module.pc is missing from $pc_dir (add cmake/$module.pc.in)"
@@ -215,36 +222,71 @@ done
 libdir="$(pkg-config --variable=libdir distcomm)"
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+# distcomm-init and distcomm-all require the modules of what their CMake targets link
+# (DistComm::init, DistComm::DistComm): every backend and the plugin loader for both.
+requires_of() {  # requires_of MODULE -> the modules it requires, sorted, on one line
+  pkg-config --print-requires "$1" 2>/dev/null | awk '{print $1}' | sort | tr '\n' ' '
+}
+expected_init=(distcomm distcomm-plugin)
+for component in "${components[@]}"; do
+  case "$component" in
+    core|local|cuda|plugin_abi|plugin|init) ;;
+    *) expected_init+=("distcomm-$component") ;;
+  esac
+done
+expected_init_text="$(printf '%s\n' "${expected_init[@]}" | sort | tr '\n' ' ')"
+[[ "$(requires_of distcomm-init)" == "$expected_init_text" ]] ||
+  fail "distcomm-init requires '$(requires_of distcomm-init)', not every backend and the loader" \
+    "('$expected_init_text')"
+# Everything distcomm-init has, and the CUDA layer where it was built.
+expected_all=(distcomm distcomm-init distcomm-plugin)
+has_component cuda && expected_all+=(distcomm-cuda)
+expected_all_text="$(printf '%s\n' "${expected_all[@]}" | sort | tr '\n' ' ')"
+[[ "$(requires_of distcomm-all)" == "$expected_all_text" ]] ||
+  fail "distcomm-all requires '$(requires_of distcomm-all)', not '$expected_all_text'"
+
+step "compile test_package/test_package.cpp with \$(pkg-config --cflags --libs distcomm), run it"
+# shellcheck disable=SC2046  # pkg-config's output is meant to split into flags
+"$cxx" "${compile_flags[@]}" "$source_dir/test_package/test_package.cpp" \
+  $(pkg-config --cflags --libs distcomm) -o "$tmp/test_package"
+"$tmp/test_package"
+
 # hello.cpp needs CLI11 for its options; CLI11 ships a pkg-config module too.
 pkg-config --exists CLI11 || fail "pkg-config module CLI11 not found (libcli11-dev installs it)"
 
-step "compile examples/hello/hello.cpp with \$(pkg-config --cflags --libs distcomm CLI11), run --np 2"
-# shellcheck disable=SC2046  # pkg-config's output is meant to split into flags
-"$cxx" "${sanitize_flags[@]}" "$source_dir/examples/hello/hello.cpp" \
-  $(pkg-config --cflags --libs distcomm CLI11) -o "$tmp/hello-local"
-"$tmp/hello-local" --np 2 | tee "$tmp/hello-local.out"
-[[ "$(grep -c ' ok (backend local' "$tmp/hello-local.out")" == 2 ]] ||
-  fail "distcomm-hello --np 2 did not report 2 ranks ok"
-
-# Every transport this installation has, in one program (as the CMake build of hello does).
-transports=()
-for t in mpi gloo ucx; do has_component "$t" && transports+=("$t"); done
-if ((${#transports[@]} == 0)); then
-  echo "packaging: no transport backend built: only distcomm.pc was exercised"
-  exit 0
-fi
-defines=() transport_modules=()
-for t in "${transports[@]}"; do
-  defines+=("-DDISTCOMM_HAVE_${t^^}")
-  transport_modules+=("distcomm-$t")
-done
-step "compile hello.cpp with \$(pkg-config --cflags --libs ${transport_modules[*]} CLI11)"
+step "compile examples/hello/hello.cpp with \$(pkg-config --cflags distcomm-init CLI11)"
 # shellcheck disable=SC2046  # as above
-"$cxx" "${sanitize_flags[@]}" "${defines[@]}" "$source_dir/examples/hello/hello.cpp" \
-  $(pkg-config --cflags --libs "${transport_modules[@]}" CLI11 2>/dev/null) -o "$tmp/hello"
+"$cxx" "${compile_flags[@]}" -c "$source_dir/examples/hello/hello.cpp" \
+  $(pkg-config --cflags distcomm-init CLI11 2>/dev/null) -o "$tmp/hello.o"
+for module in distcomm-all distcomm-init; do
+  step "link it with \$(pkg-config --libs $module CLI11), run --np 2"
+  # shellcheck disable=SC2046  # as above
+  "$cxx" "${compile_flags[@]}" "$tmp/hello.o" $(pkg-config --libs "$module" CLI11 2>/dev/null) \
+    -o "$tmp/hello-$module"
+  "$tmp/hello-$module" --np 2 | tee "$tmp/hello-$module.out"
+  [[ "$(grep -c ' ok (backend local' "$tmp/hello-$module.out")" == 2 ]] ||
+    fail "hello linked with $module, --np 2, did not report 2 ranks ok"
+done
+cp "$tmp/hello-distcomm-init" "$tmp/hello"
+
+step "build plugins/examples/tcp with \$(pkg-config --cflags distcomm-plugin_abi) alone"
+plugin_src="$source_dir/plugins/examples/tcp"
+mkdir -p "$tmp/plugins"
+# As its CMakeLists.txt builds it: hidden symbols, the ABI's entry point alone exported.
+# shellcheck disable=SC2046  # as above
+"$cxx" "${compile_flags[@]}" -std=c++17 -shared -fPIC -fvisibility=hidden \
+  -fvisibility-inlines-hidden $(pkg-config --cflags distcomm-plugin_abi) \
+  "$plugin_src/tcp_plugin.cpp" "-Wl,--version-script=$plugin_src/export.map" \
+  -o "$tmp/plugins/libdistcomm_backend_tcp.so"
+[[ -d "$(pkg-config --variable=plugindir distcomm-plugin_abi)" ]] ||
+  fail "distcomm-plugin_abi's plugindir '$(pkg-config --variable=plugindir distcomm-plugin_abi)'" \
+    "is not the installation's plugin folder"
+transports=(tcp)  # the plugin, loaded by distcomm::init() through distcomm-init's loader
+for t in mpi gloo ucx; do has_component "$t" && transports+=("$t"); done
+export DISTCOMM_PLUGIN_PATH="$tmp/plugins"
 
 for t in "${transports[@]}"; do
-  step "run it as 2 processes on $t"
+  step "run hello as 2 processes on $t"
   if [[ "$t" == mpi ]]; then
     [[ -n "$mpiexec" ]] || { echo "no mpiexec given: the mpi build was linked, not run"; continue; }
     # As tests/mpi does: shared memory only (containers have no CMA), root allowed.
@@ -259,5 +301,5 @@ for t in "${transports[@]}"; do
     fail "hello --backend $t did not report 2 ranks ok"
 done
 echo
-echo "packaging: OK (pkg-config modules valid and relocated; hello built from them and run on:" \
-  "local ${transports[*]})"
+echo "packaging: OK (pkg-config modules valid and relocated; test_package built from distcomm," \
+  "hello from distcomm-init and distcomm-all, run on: local ${transports[*]})"
