@@ -151,22 +151,13 @@ bool unreceived_messages_ok_at(const B& b) noexcept {
   }
 }
 
-// The name messages use: `const std::string& instance_name() const` where a backend has one (a
-// plugin's own name), else B::name.
+// `const std::string& instance_name() const`: a backend that learns its name at run time (a
+// plugin's own name).
 template <class, class = void>
 struct has_instance_name : std::false_type {};
 template <class B>
 struct has_instance_name<B, std::void_t<decltype(std::declval<const B&>().instance_name())>>
     : std::true_type {};
-
-template <class B>
-std::string name_of(const B& b) {
-  if constexpr (has_instance_name<B>::value) {
-    return b.instance_name();
-  } else {
-    return B::name;
-  }
-}
 
 template <class B, class C, class = void>
 struct has_fill_defaults : std::false_type {};
@@ -182,8 +173,8 @@ C with_runtime_defaults(B& b, C c) {
   return c;
 }
 
-// The same, without a copy: a backend's instance_name() returns a reference that lives as long as
-// the backend (plugin_backend's does).
+// The name messages use: the backend's instance_name(), which lives as long as the backend, else
+// B::name.
 template <class B>
 const char* backend_name_of(const B& b) noexcept {
   if constexpr (has_instance_name<B>::value) {

@@ -282,8 +282,8 @@ class communicator {
     const memory_kind moved = moves_device ? memory_kind::cuda : memory_kind::host;
     if (t.memory != moved) {
       throw invalid_argument_error(std::string(what) + ": tensor in " + to_string(t.memory) +
-                                   " memory, but backend '" + detail::name_of(backend_) +
-                                   "' moves " + to_string(moved) + " memory only");
+                                   " memory, but backend '" + backend_name() + "' moves " +
+                                   to_string(moved) + " memory only");
     }
   }
 

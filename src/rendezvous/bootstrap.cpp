@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -248,6 +250,18 @@ job_identity job_identity_from_env(const world_info& w, const env_lookup& getenv
 
 job bootstrap(const config& cfg) {
   return bootstrap(cfg, [](const char* name) -> const char* { return std::getenv(name); });
+}
+
+job shared_bootstrap(const config& cfg) {
+  static std::mutex mu;
+  static std::weak_ptr<store> kv;
+  static world_info world;
+  std::lock_guard<std::mutex> lk(mu);
+  if (std::shared_ptr<store> alive = kv.lock()) return job{world, std::move(alive)};
+  job j = bootstrap(cfg);
+  kv = j.kv;
+  world = j.world;
+  return j;
 }
 
 job bootstrap(const config& cfg, const env_lookup& getenv) {

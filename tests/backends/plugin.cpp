@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   }
   the_config = distcomm::config::from_env();
   the_plugin = the_config.backend;
-  if (the_plugin.rfind("plugin:", 0) == 0) the_plugin = the_plugin.substr(7);
+  the_plugin = distcomm::plugin::plugin_named(the_plugin);
   if (the_plugin.empty()) {
     std::fprintf(stderr,
                  "%s: set DISTCOMM_BACKEND to the plugin to test (its "

@@ -158,7 +158,7 @@ std::string join(const std::vector<std::string>& names) {
 void check_backend(const std::string& name, const distcomm::plugin::env_lookup& getenv) {
   const std::vector<std::string> built = built_backends();
   if (std::find(built.begin(), built.end(), name) != built.end()) return;
-  const std::string plugin = name.rfind("plugin:", 0) == 0 ? name.substr(7) : name;
+  const std::string plugin = distcomm::plugin::plugin_named(name);
   std::string plugins;
   for (const distcomm::plugin::available& p : distcomm::plugin::list(getenv)) {
     if (p.name == plugin) return;

@@ -8,10 +8,6 @@
 // Needs DistComm::DistComm (every built backend). distcomm::init() (init.hpp) is built on it.
 #pragma once
 
-#include <cstdlib>
-#include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -56,21 +52,6 @@ struct backend_entry {
   B (*make)(const config&);  // this rank of the job the launcher started, cfg.timeout everywhere
 };
 
-// This process's job: bootstrapped once and shared by every backend made while one is alive (a
-// second bootstrap would try to host the store again on the master port). Backends made over one
-// job pair up across ranks in the order they were made, as the n-th of each rank.
-inline job shared_job(const config& cfg) {
-  static std::mutex mu;
-  static std::weak_ptr<store> kv;
-  static world_info world;
-  std::lock_guard<std::mutex> lk(mu);
-  if (std::shared_ptr<store> alive = kv.lock()) return job{world, std::move(alive)};
-  job j = bootstrap(cfg);
-  kv = j.kv;
-  world = j.world;
-  return j;
-}
-
 // The local backend's ranks are threads of one process (local_world); as the backend of a
 // launched process it can only be a world of one.
 inline local_backend make_local(const config&) {
@@ -95,31 +76,19 @@ inline mpi_backend make_mpi(const config&) { return mpi_backend(); }
 inline gloo_backend make_gloo(const config& cfg) {
   gloo_options o;
   o.timeout = cfg.timeout;
-  return gloo_backend(shared_job(cfg), o);
+  return gloo_backend(shared_bootstrap(cfg), o);
 }
 #endif
 #if DISTCOMM_BUILT_UCX
-inline ucx_backend make_ucx(const config& cfg) { return ucx_backend(shared_job(cfg), cfg.timeout); }
+inline ucx_backend make_ucx(const config& cfg) {
+  return ucx_backend(shared_bootstrap(cfg), cfg.timeout);
+}
 #endif
 #if DISTCOMM_BUILT_NCCL
 inline nccl_backend make_nccl(const config& cfg) {
-  return nccl_backend(shared_job(cfg), -1, cfg.timeout);  // device: local rank modulo devices
+  return nccl_backend(shared_bootstrap(cfg), -1, cfg.timeout);  // device: local rank modulo devices
 }
 #endif
-
-// A plugin (plugins/README.md) over this process's job; its store is bootstrapped only when the
-// plugin first asks for it (an MPI plugin never does).
-inline plugin_backend make_plugin(const std::string& name, const config& cfg) {
-  const world_info w = detect_world();
-  plugin_backend::args a;
-  a.rank = w.rank;
-  a.size = w.size;
-  a.local_rank = w.local_rank;
-  a.local_size = w.local_size;
-  a.kv = [cfg] { return shared_job(cfg).kv; };
-  if (const char* o = std::getenv("DISTCOMM_PLUGIN_OPTIONS")) a.options = o;
-  return plugin_backend::open(name, a, cfg);
-}
 
 // The list, in the order of --help texts and of the README.
 inline const auto backend_table = std::make_tuple(
@@ -215,22 +184,15 @@ inline std::string default_backend(const world_info& w) {
 template <class F>
 auto visit_backend(const std::string& name, const config& cfg, F&& f) {
   using result = decltype(f(std::declval<detail::backend_maker<local_backend>>()));
-  std::optional<std::conditional_t<std::is_void_v<result>, bool, result>> out;
-  const auto call = [&](auto make) {
-    if constexpr (std::is_void_v<result>) {
-      f(make);
-    } else {
-      out.emplace(f(make));
-    }
-  };
+  detail::visit_result<result> out;
   bool found = false;
   detail::for_each_backend_entry([&](const auto& e) {
     if (found || name != e.info.name) return;
     found = true;
-    call(detail::backend_maker<typename std::decay_t<decltype(e)>::type>{e.make, &cfg});
+    out.call(f, detail::backend_maker<typename std::decay_t<decltype(e)>::type>{e.make, &cfg});
   });
   if (!found) {
-    const std::string plugin = name.rfind("plugin:", 0) == 0 ? name.substr(7) : name;
+    const std::string plugin = plugin::plugin_named(name);
     plugin::library lib;
     try {
       lib = plugin::load(plugin);  // loaded now, so a missing plugin fails before f runs
@@ -242,11 +204,11 @@ auto visit_backend(const std::string& name, const config& cfg, F&& f) {
     struct plugin_maker {
       std::string name;
       const config* cfg;
-      plugin_backend operator()() const { return detail::make_plugin(name, *cfg); }
+      plugin_backend operator()() const { return plugin_backend::open(name, *cfg); }
     };
-    call(plugin_maker{lib.path(), &cfg});
+    out.call(f, plugin_maker{lib.path(), &cfg});
   }
-  if constexpr (!std::is_void_v<result>) return std::move(*out);
+  return out.take();
 }
 
 }  // namespace distcomm

@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -123,7 +122,7 @@ template <class B, class F>
 auto visit_strategy(const std::string& name, F&& f, const char* backend_name = B::name) {
   using result = decltype(f(type_tag<strategy::ring>{}));
   const strategy_info& wanted = find_strategy(name);
-  std::optional<std::conditional_t<std::is_void_v<result>, bool, result>> out;
+  detail::visit_result<result> out;
   bool found = false;
   detail::for_each_strategy_entry([&](const auto& e) {
     using S = typename std::decay_t<decltype(e)>::type;
@@ -131,11 +130,7 @@ auto visit_strategy(const std::string& name, F&& f, const char* backend_name = B
     if (found || std::strcmp(wanted.name, e.info.name) != 0) return;
     found = true;
     if constexpr (strategy_runs_on_v<S, B>) {
-      if constexpr (std::is_void_v<result>) {
-        f(type_tag<S>{});
-      } else {
-        out.emplace(f(type_tag<S>{}));
-      }
+      out.call(f, type_tag<S>{});
     } else {
       throw invalid_argument_error(
           std::string("strategy ") + e.info.name + ": backend '" + backend_name +
@@ -145,7 +140,7 @@ auto visit_strategy(const std::string& name, F&& f, const char* backend_name = B
     }
   });
   if (!found) throw error("strategy registry: no entry named '" + std::string(wanted.name) + "'");
-  if constexpr (!std::is_void_v<result>) return std::move(*out);
+  return out.take();
 }
 
 }  // namespace distcomm

@@ -2,8 +2,11 @@
 // `type` and an `info` (names and a summary); these walk it. Not part of the public API.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace distcomm {
@@ -30,6 +33,27 @@ std::vector<Info> infos_of(const Table& table) {
   for_each_entry(table, [&](const auto& e) { v.push_back(e.info); });
   return v;
 }
+
+// Holds what a visitor's function returned (nothing when it returns void), so a visitor can call
+// it from inside a loop over the registry and return its result after.
+template <class R>
+class visit_result {
+ public:
+  template <class F, class... A>
+  void call(F&& f, A&&... a) {
+    if constexpr (std::is_void_v<R>) {
+      f(std::forward<A>(a)...);
+    } else {
+      value_.emplace(f(std::forward<A>(a)...));
+    }
+  }
+  R take() {
+    if constexpr (!std::is_void_v<R>) return std::move(*value_);
+  }
+
+ private:
+  std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> value_;
+};
 
 }  // namespace detail
 

@@ -29,6 +29,12 @@ struct job {
 job bootstrap(const config& cfg = config::from_env());
 job bootstrap(const config& cfg, const env_lookup& getenv);
 
+// This process's job, bootstrapped once and shared while anything holds its store: every backend
+// a program makes by name (distcomm::init(), plugins) meets over it, since a second bootstrap
+// would try to host the store again on the master port. Backends made over one job pair up across
+// ranks in the order they were made, as the n-th of each rank. Thread-safe.
+job shared_bootstrap(const config& cfg = config::from_env());
+
 // What bootstrap() says of this rank's job in the store handshake: the world size, and as id
 // DISTCOMM_JOB_ID when set, else what the launcher that matched calls the job (torchrun's
 // TORCHELASTIC_RUN_ID; PMIX_NAMESPACE or Open MPI's OMPI_MCA_ess_base_jobid; Slurm's job and

@@ -61,7 +61,7 @@ struct plugin_state {
   // Throws the exception of a failed call `routine`, its text prefixed with the plugin's name
   // unless the plugin said it already.
   [[noreturn]] void fail(int status, const char* routine, const distcomm_error_v1& err) const {
-    std::string text = err.text;
+    std::string text = plugin::error_text(err);
     if (text.empty()) text = std::string(routine) + " failed (" + plugin::status_name(status) + ")";
     if (text.compare(0, name.size() + 1, name + ":") != 0) text = name + ": " + text;
     plugin::throw_status(status, name, routine, text);
@@ -128,15 +128,6 @@ void plugin_log(void*, int level, const char* message) {
   log(static_cast<log_level>(l), message != nullptr ? message : "");
 }
 
-// The job's store, bootstrapped once per process by the first plugin that needs it.
-std::shared_ptr<store> process_store(const config& cfg) {
-  static std::mutex m;
-  static std::optional<job> j;
-  std::lock_guard<std::mutex> lock(m);
-  if (!j) j = bootstrap(cfg);
-  return j->kv;
-}
-
 }  // namespace
 }  // namespace detail
 
@@ -163,7 +154,7 @@ void plugin_request::release() noexcept {
 
 bool plugin_request::test() {
   if (req_ == nullptr) return true;
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   const int s = state_->t->test(state_->ctx, req_, &err);
   if (s == DISTCOMM_V1_PENDING) return false;
   state_->check(s, "test", err);
@@ -173,7 +164,7 @@ bool plugin_request::test() {
 
 void plugin_request::wait(deadline until) {
   if (req_ == nullptr) return;
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   state_->check(state_->t->wait(state_->ctx, req_, plugin::to_ns(until), &err), "wait", err);
   release();
 }
@@ -199,7 +190,7 @@ plugin_backend::args args_of(const world_info& w, plugin_backend::store_source k
 }  // namespace
 
 plugin_backend plugin_backend::open(const std::string& name, const config& cfg) {
-  return open(name, args_of(detect_world(), [cfg] { return detail::process_store(cfg); }), cfg);
+  return open(name, args_of(detect_world(), [cfg] { return shared_bootstrap(cfg).kv; }), cfg);
 }
 
 plugin_backend plugin_backend::open(const std::string& name, const job& j, const config& cfg) {
@@ -240,11 +231,11 @@ plugin_backend plugin_backend::open(const std::string& name, const args& a, cons
   init.log_user = nullptr;
   init.store = a.kv ? &s->c_store : nullptr;
   init.options = a.options.empty() ? nullptr : a.options.c_str();
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   void* ctx = nullptr;
   const int status = s->t->init(&ctx, &init, &err);
   if (status != DISTCOMM_V1_OK) {
-    std::string why = err.text[0] != '\0' ? err.text : plugin::status_name(status);
+    std::string why = err.text[0] != '\0' ? plugin::error_text(err) : plugin::status_name(status);
     plugin::throw_status(status, s->name, "init",
                          "backend plugin " + s->lib.path() + " ('" + s->name +
                              "') failed to initialise rank " + std::to_string(a.rank) + " of " +
@@ -260,14 +251,14 @@ const std::string& plugin_backend::instance_name() const noexcept { return state
 const std::string& plugin_backend::path() const noexcept { return state_->lib.path(); }
 
 plugin_request plugin_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   distcomm_request_v1* r = nullptr;
   state_->check(state_->t->isend(state_->ctx, data, bytes, peer, tag, &r, &err), "isend", err);
   return plugin_request(state_, r);
 }
 
 plugin_request plugin_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   distcomm_request_v1* r = nullptr;
   state_->check(state_->t->irecv(state_->ctx, data, bytes, peer, tag, &r, &err), "irecv", err);
   return plugin_request(state_, r);
@@ -275,7 +266,7 @@ plugin_request plugin_backend::irecv(void* data, std::size_t bytes, int peer, ta
 
 void plugin_backend::send_detached(const void* data, std::size_t bytes, int peer, tag_t tag) {
   if (state_->t->send_detached != nullptr) {
-    distcomm_error_v1 err{};
+    plugin::error_buffer err;
     state_->check(state_->t->send_detached(state_->ctx, data, bytes, peer, tag, &err),
                   "send_detached", err);
     return;
@@ -330,7 +321,7 @@ void plugin_backend::native_allreduce(const void* in, void* out, std::size_t cou
   if (!usable(reinterpret_cast<const void*>(s.t->allreduce), s)) {
     return s.ring().allreduce(*this, in, out, count, t, op, until);
   }
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   s.check(s.t->allreduce(s.ctx, in, out, count, static_cast<int>(t), static_cast<int>(op),
                          plugin::to_ns(until), &err),
           "allreduce", err);
@@ -342,7 +333,7 @@ void plugin_backend::native_reduce_scatter(const void* in, void* out, std::size_
   if (!usable(reinterpret_cast<const void*>(s.t->reduce_scatter), s)) {
     return s.ring().reduce_scatter(*this, in, out, recv_count, t, op, until);
   }
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   s.check(s.t->reduce_scatter(s.ctx, in, out, recv_count, static_cast<int>(t), static_cast<int>(op),
                               plugin::to_ns(until), &err),
           "reduce_scatter", err);
@@ -352,7 +343,7 @@ void plugin_backend::native_allgather(const void* in, void* out, std::size_t sen
                                       deadline until) {
   auto& s = *state_;
   if (s.t->allgather == nullptr) return s.ring().allgather(*this, in, out, send_count, t, until);
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   s.check(
       s.t->allgather(s.ctx, in, out, send_count, static_cast<int>(t), plugin::to_ns(until), &err),
       "allgather", err);
@@ -362,7 +353,7 @@ void plugin_backend::native_broadcast(void* data, std::size_t count, dtype t, in
                                       deadline until) {
   auto& s = *state_;
   if (s.t->broadcast == nullptr) return s.ring().broadcast(*this, data, count, t, root, until);
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   s.check(s.t->broadcast(s.ctx, data, count, static_cast<int>(t), root, plugin::to_ns(until), &err),
           "broadcast", err);
 }
@@ -370,7 +361,7 @@ void plugin_backend::native_broadcast(void* data, std::size_t count, dtype t, in
 void plugin_backend::native_barrier(deadline until) {
   auto& s = *state_;
   if (s.t->barrier == nullptr) return s.ring().barrier(*this, until);
-  distcomm_error_v1 err{};
+  plugin::error_buffer err;
   s.check(s.t->barrier(s.ctx, plugin::to_ns(until), &err), "barrier", err);
 }
 

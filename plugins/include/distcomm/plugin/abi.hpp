@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <string>
@@ -47,6 +48,17 @@ inline std::int64_t to_ns(deadline d) noexcept {
 inline deadline from_ns(std::int64_t ns) noexcept {
   if (ns == DISTCOMM_V1_NO_DEADLINE) return deadline::max();
   return deadline(clock::duration(ns));
+}
+
+// A caller's error buffer, empty. Only its first byte is written: a distcomm_error_v1 is 1 KiB,
+// too much to clear on every test() and wait() of a request.
+struct error_buffer : distcomm_error_v1 {
+  error_buffer() noexcept { text[0] = '\0'; }
+};
+
+// The text a plugin left in `err`, bounded by the buffer even when it was not terminated.
+inline std::string error_text(const distcomm_error_v1& err) {
+  return std::string(err.text, strnlen(err.text, sizeof err.text));
 }
 
 inline void set_error(distcomm_error_v1* err, const std::string& text) noexcept {

@@ -16,6 +16,13 @@ namespace distcomm::plugin {
 
 using env_lookup = std::function<const char*(const char*)>;
 
+// The plugin a DISTCOMM_BACKEND value names: `plugin:<name>` (the plugin form even of a backend
+// that is built in) or the name itself.
+inline std::string plugin_named(const std::string& backend) {
+  const std::string prefix = "plugin:";
+  return backend.compare(0, prefix.size(), prefix) == 0 ? backend.substr(prefix.size()) : backend;
+}
+
 // The file a plugin named `name` lives in: libdistcomm_backend_<name>.so.
 std::string file_name(const std::string& name);
 

@@ -77,8 +77,8 @@ class plugin_backend {
 
   // Loads plugin `name` (loader.hpp: DISTCOMM_PLUGIN_PATH, then the installation's plugin
   // folder; a name with a '/' is a file) and starts this rank's backend on it: the world as
-  // detect_world() reads it, the job's store from distcomm::bootstrap(cfg) once per process when
-  // a plugin first touches it, options from DISTCOMM_PLUGIN_OPTIONS, cfg.timeout, and the
+  // detect_world() reads it, the job's store from distcomm::shared_bootstrap(cfg) (one per process)
+  // when a plugin first touches it, options from DISTCOMM_PLUGIN_OPTIONS, cfg.timeout, and the
   // plugin's log lines in DistComm's log. Collective, like every backend's constructor. Errors:
   // invalid_argument_error when the plugin is missing or unusable (naming the file, the symbol
   // and what to do), the plugin's own error when its init fails.
