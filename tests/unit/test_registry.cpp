@@ -262,3 +262,22 @@ TEST_CASE("README: the multi-process example is examples/quickstart/quickstart.c
       readme().find(source.substr(from)) != std::string::npos,
       "README.md's multi-process example differs from examples/quickstart/quickstart.cpp");
 }
+
+TEST_CASE(
+    "any_communicator: taking over a typed communicator leaves a moved-from one that is safe") {
+  dc::local_world world(2);
+  world.run([&](dc::local_backend b) {
+    using typed = dc::communicator<dc::local_backend, dc::strategy::ring>;
+    typed first(std::move(b), quick());
+    std::vector<float> v(8, 1.0f);
+    first.allreduce(dc::view(v));  // a collective made: leaving would now say goodbye
+    dc::any_communicator erased(std::move(first));
+    erased.allreduce(dc::view(v));
+    CHECK(v[0] == 4.0f);
+  });  // `first` (moved from) is destroyed here without touching its moved-from backend
+  dc::local_world one(1);
+  one.run([&](dc::local_backend b) {
+    dc::any_communicator erased(dc::communicator<dc::local_backend>(std::move(b), quick()));
+    CHECK(erased.size() == 1);
+  });
+}

@@ -176,8 +176,11 @@ class call_check {
   // gone after calls() collectives. Bounded, never throws: a peer that already left or failed is
   // simply not told. A communicator that made no collective sends nothing (see receive()).
   void leave(B& b) noexcept {
+    // A moved-from check (its communicator was moved from) is disabled and must not touch the
+    // backend, which was moved from with it.
+    if (!enabled_ || seq_ == 0) return;
     const int p = b.size();
-    if (!exchanges(p) || seq_ == 0) return;
+    if (!exchanges(p)) return;
     if constexpr (!distcomm::detail::unreceived_messages_ok<B>::value) return;
     if (!distcomm::detail::unreceived_messages_ok_at(b)) return;
     try {
