@@ -57,7 +57,7 @@ any_communicator init(const init_options& options) {
   const config cfg = settings_of(options);
   const std::string backend = backend_of(options, cfg);
   const std::string strategy = strategy_of(options, cfg);
-  set_log_level(cfg.log);
+  set_log_level(cfg.log);  // before connecting: the backends log while they start
   return visit_backend(backend, cfg, [&](auto make) {
     using B = decltype(make());
     // The strategy is checked against the backend before make() connects anything.
