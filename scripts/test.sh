@@ -33,7 +33,8 @@ if ((sanitize)); then
   phase "configure build-asan/" configure_tree build-asan -DDISTCOMM_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTCOMM_BUILD_BENCH=OFF -DDISTCOMM_BUILD_EXAMPLES=OFF \
     -DDISTCOMM_WITH_NCCL=OFF
-  phase "build build-asan/" build_tree build-asan
+  # Only what the unit tests need: the sanitizer pass runs `ctest -L unit` alone.
+  phase "build build-asan/ (unit tests)" build_tree build-asan --target distcomm_unit_tests
   phase "ctest build-asan/ -L unit" ctest --test-dir build-asan -L unit --output-on-failure \
     -j "$DISTCOMM_JOBS"
 else

@@ -51,6 +51,16 @@ const std::vector<setting_info> setting_rows = {
      "Allreduce strategy of distcomm::init() and of the tools when none is named: auto, ring, "
      "tree, rd, ps or native."},
     {"DISTCOMM_LOG", "warn", "Log level on stderr: error, warn, info or debug."},
+    {"DISTCOMM_CYCLE_TIME", "1",
+     "Milliseconds the engine gathers submitted tensors before the ranks agree on what is ready, "
+     "while tensors are pending (an idle engine sleeps until the next submission)."},
+    {"DISTCOMM_STALL_WARNING", "60",
+     "Seconds a rank waits in a collective, in the engine or at start-up before it logs which "
+     "ranks (and, in the engine, which tensors) it waits for, and again after each further "
+     "period; 0 turns the warning off."},
+    {"DISTCOMM_TIMELINE", "(none)",
+     "File for a Chrome trace (Perfetto, chrome://tracing) of every collective and engine phase; "
+     "%r becomes the rank."},
 };
 
 std::string quote(const char* name, const std::string& value) {
@@ -267,6 +277,22 @@ config config::from_env(const env_lookup& getenv) {
                                    " is not a log level (error, warn, info, debug)");
     }
   }
+  if (get("DISTCOMM_CYCLE_TIME", v)) {
+    c.cycle_time = std::chrono::duration<double>(parse_seconds("DISTCOMM_CYCLE_TIME", v) / 1000.0);
+  }
+  if (get("DISTCOMM_STALL_WARNING", v)) {
+    c.stall_warning =
+        std::chrono::duration<double>(v == "0" ? 0.0 : parse_seconds("DISTCOMM_STALL_WARNING", v));
+  }
+  if (get("DISTCOMM_TIMELINE", v)) {
+    for (std::size_t i = v.find('%'); i != std::string::npos; i = v.find('%', i + 2)) {
+      if (i + 1 >= v.size() || v[i + 1] != 'r') {
+        throw invalid_argument_error(quote("DISTCOMM_TIMELINE", v) +
+                                     ": only %r (the rank) is replaced in the file name");
+      }
+    }
+    c.timeline = v;
+  }
   return c;
 }
 
@@ -284,7 +310,10 @@ std::string config::to_string() const {
      << "DISTCOMM_MISMATCH_CHECK=" << (mismatch_check ? 1 : 0) << '\n'
      << "DISTCOMM_BACKEND=" << (backend.empty() ? std::string("(default)") : backend) << '\n'
      << "DISTCOMM_STRATEGY=" << (strategy.empty() ? std::string("(default)") : strategy) << '\n'
-     << "DISTCOMM_LOG=" << distcomm::to_string(log) << '\n';
+     << "DISTCOMM_LOG=" << distcomm::to_string(log) << '\n'
+     << "DISTCOMM_CYCLE_TIME=" << cycle_time.count() * 1000.0 << '\n'
+     << "DISTCOMM_STALL_WARNING=" << stall_warning.count() << '\n'
+     << "DISTCOMM_TIMELINE=" << (timeline.empty() ? std::string("(none)") : timeline) << '\n';
   return os.str();
 }
 

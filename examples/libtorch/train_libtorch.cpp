@@ -4,7 +4,8 @@
 //   distcomm-train-libtorch --np 2                                ranks as threads (local backend)
 // Every rank starts from rank 0's parameters (a broadcast per parameter: the ranks initialise
 // differently on purpose), trains on its own shard of a synthetic regression task, and averages
-// all gradients with one grouped allreduce over tensor_views of the gradients' own memory. The
+// the gradients through distcomm::engine: an autograd hook on each parameter hands its gradient
+// to the engine as soon as backward produces it, so averaging overlaps the rest of backward. The
 // ranks then take the same steps and end with bitwise-identical parameters: each prints a hash of
 // them, with the loss (mean over ranks) before and after training.
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include "distcomm/distcomm.hpp"
+#include "distcomm/engine/engine.hpp"
 #include "distcomm/init.hpp"
 #include "distcomm/registry/backends.hpp"
 
@@ -107,8 +109,24 @@ bool train(distcomm::any_communicator comm, const options& o) {
     for (const auto& p : params) comm.broadcast(host_f32_view(p, "a parameter"), 0);
   }
 
+  // From here on the engine owns the communicator. Each parameter's hook copies the gradient
+  // backward just produced (autograd accumulates the original into .grad after the hook, so it
+  // must not change under it) and submits the copy; after backward the averaged copies become
+  // the gradients the optimizer steps with.
+  distcomm::engine eng(comm);
+  std::vector<torch::Tensor> averaged(params.size());
+  std::vector<distcomm::work> works(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i].register_hook([&, i](torch::Tensor grad) {
+      averaged[i] = grad.detach().to(torch::kFloat32).contiguous().clone();
+      works[i] =
+          eng.allreduce_async("param" + std::to_string(i), host_f32_view(averaged[i], "a gradient"),
+                              distcomm::reduce_op::avg);
+      return grad;
+    });
+  }
+
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(o.lr));
-  std::vector<distcomm::tensor_view> grads;
   float first_loss = 0, last_loss = 0;
   for (int step = 0; step < o.steps; ++step) {
     const int64_t start = (static_cast<int64_t>(step) * o.batch) % (o.samples - o.batch + 1);
@@ -116,17 +134,20 @@ bool train(distcomm::any_communicator comm, const options& o) {
     const torch::Tensor y = data.y.narrow(0, start, o.batch);
     sgd.zero_grad();
     const torch::Tensor loss = torch::mse_loss(model->forward(x), y);
-    loss.backward();
+    loss.backward();  // the hooks submit every gradient as it is produced
 
-    // One grouped allreduce for the whole gradient set; DistComm fuses the small tensors.
-    grads.clear();
-    for (const auto& p : params) grads.push_back(host_f32_view(p.grad(), "a gradient"));
-    comm.allreduce(grads, distcomm::reduce_op::avg);
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        works[i].wait();
+        params[i].mutable_grad().copy_(averaged[i]);
+      }
+    }
     sgd.step();
 
     if (step == 0 || step == o.steps - 1) {
       float mean_loss = loss.item<float>();
-      comm.allreduce(distcomm::view(&mean_loss, 1), distcomm::reduce_op::avg);
+      eng.allreduce_async("loss", distcomm::view(&mean_loss, 1), distcomm::reduce_op::avg).wait();
       (step == 0 ? first_loss : last_loss) = mean_loss;
     }
   }
@@ -160,7 +181,7 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{
       "DistComm + libtorch: data-parallel SGD on a small MLP, gradients averaged by "
-      "one grouped allreduce per step"};
+      "distcomm::engine from autograd hooks"};
   const std::string built = distcomm::join_names(distcomm::built_backends());
   app.add_option("--backend", o.backend,
                  "Transport (default: DISTCOMM_BACKEND, else local); built: " + built);

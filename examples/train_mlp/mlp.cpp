@@ -111,25 +111,38 @@ double mlp::forward(const float* params, const float* x, std::int32_t label, boo
 }
 
 sample_stats mlp::mean_gradient(const float* params, const dataset& d, const std::uint32_t* index,
-                                std::size_t n, float* grad) {
+                                std::size_t n, float* grad,
+                                const std::function<void(std::size_t tensor)>& ready) {
   const mlp_shape& s = shape_;
   std::fill(grad, grad + parameter_count_, 0.0f);
   const auto p = [&](std::size_t t) { return params + tensors_[t].offset; };
   const auto g = [&](std::size_t t) { return grad + tensors_[t].offset; };
+  // After the last sample's backward of a layer, its two tensors are divided by n (elementwise:
+  // the same bits as one divide over the whole array) and handed to `ready`.
+  const auto finish = [&](bool last, std::size_t weight) {
+    if (!last) return;
+    for (std::size_t t : {weight, weight + 1}) {
+      distcomm::divide(g(t), g(t), tensors_[t].count, distcomm::dtype::f32, n);
+      if (ready) ready(t);
+    }
+  };
   sample_stats st;
   for (std::size_t k = 0; k < n; ++k) {
+    const bool last = k + 1 == n;
     const float* x = d.sample(index[k]);
     bool correct = false;
     st.loss_sum += forward(params, x, d.y[index[k]], correct);
     st.correct += correct ? 1 : 0;
     affine_backward(g(4), g(5), d2_.data(), p(4), h2_.data(), z2_.data(), d3_.data(), s.hidden2,
                     s.classes);
+    finish(last, 4);
     affine_backward(g(2), g(3), d1_.data(), p(2), h1_.data(), z1_.data(), d2_.data(), s.hidden1,
                     s.hidden2);
+    finish(last, 2);
     affine_backward(g(0), g(1), nullptr, p(0), x, nullptr, d1_.data(), s.inputs, s.hidden1);
+    finish(last, 0);
   }
   st.count = static_cast<double>(n);
-  distcomm::divide(grad, grad, parameter_count_, distcomm::dtype::f32, n);
   return st;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,12 @@ class mlp {
   // the loss. The per-sample gradients are summed in the order given, then divided by n with
   // DistComm's divide kernel, the one its allreduce finishes avg with: the mean of one shard is
   // the same bits whichever rank, and whichever run, computes it.
+  // `ready(t)`, when given, is called as soon as tensor t's mean gradient is final, top layer
+  // first (during the last sample's backward), so a trainer can hand it over while the layers
+  // below are still being computed.
   sample_stats mean_gradient(const float* params, const dataset& d, const std::uint32_t* index,
-                             std::size_t n, float* grad);
+                             std::size_t n, float* grad,
+                             const std::function<void(std::size_t tensor)>& ready = {});
 
   // Loss and correct predictions over samples [first, first + n) of d.
   sample_stats evaluate(const float* params, const dataset& d, std::size_t first, std::size_t n);

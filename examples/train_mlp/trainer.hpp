@@ -3,8 +3,10 @@
 // Every step visits one global batch of ranks x --batch-size samples of the epoch's shuffled
 // order; rank r takes the r-th slice. Each rank splits its slice into shards of --shard-size
 // samples (default: the whole slice), computes each shard's mean gradient, and combines the
-// shard means in order with DistComm's own fold and divide kernels; then ONE grouped allreduce
-// (avg, fused) over the six gradient tensors averages across ranks. The gradient of a global
+// shard means in order with DistComm's own fold and divide kernels, and hands each gradient
+// tensor to the engine (distcomm::engine, avg) as soon as it is final: with one shard, during
+// backward, top layer first, so averaging the top layers overlaps the backward of the layers
+// below; the engine fuses what is ready together. The gradient of a global
 // batch is therefore always "the per-shard means, summed in shard order, divided by the number of
 // shards". With DISTCOMM_DETERMINISTIC=1 the allreduce is exactly that fold over ranks too, so
 // N ranks x batch b and 1 rank x batch N*b with --shard-size b compute the same float operations
@@ -16,16 +18,18 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "checkpoint.hpp"
 #include "data.hpp"
-#include "distcomm/communicator.hpp"
+#include "distcomm/any_communicator.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/partition.hpp"
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/core/tensor_view.hpp"
+#include "distcomm/engine/engine.hpp"
 #include "distcomm/strategy/table.hpp"
 #include "mlp.hpp"
 
@@ -80,8 +84,7 @@ inline double percent(double part, double whole) { return whole > 0 ? 100.0 * pa
 
 }  // namespace detail
 
-template <class Comm>
-void train(Comm& comm, const options& o) {
+inline void train(distcomm::any_communicator& comm, const options& o) {
   using detail::clock;
   const int rank = comm.rank();
   const bool leader = rank == 0;
@@ -147,8 +150,9 @@ void train(Comm& comm, const options& o) {
         "  network %s (%zu parameters in %zu tensors), %zu training / %zu test samples\n"
         "  global batch %zu = %zu x %zu (shards of %zu), %zu steps per epoch, lr %g, "
         "momentum %g, seed %llu\n"
-        "  comm: the share of rank 0's training time spent in the gradient allreduce, waiting "
-        "for the slowest rank included\n",
+        "  comm: the share of rank 0's training time spent waiting for the averaged gradients "
+        "after backward (what overlapping them with backward did not hide), waiting for the "
+        "slowest rank included\n",
         world, world == 1 ? "" : "s", comm.backend_name(), comm.strategy_name(),
         distcomm::format_bytes(cfg.fusion_threshold).c_str(), cfg.deterministic ? "on" : "off",
         shape.to_string().c_str(), n, model.tensors().size(), data.train.size(), data.test.size(),
@@ -171,6 +175,15 @@ void train(Comm& comm, const options& o) {
     saved_at = pos.global_step;
   };
 
+  // From here on every collective goes through the engine, which owns the communicator.
+  distcomm::engine eng(comm);
+  std::vector<distcomm::work> pending;
+  const auto submit = [&](std::size_t t) {
+    pending.push_back(
+        eng.allreduce_async(model.tensors()[t].name, grad_views[t], distcomm::reduce_op::avg));
+  };
+  const std::function<void(std::size_t)> no_hook;
+
   std::uint64_t run_steps = 0;
   const auto step_limit_reached = [&] { return o.steps != 0 && run_steps == o.steps; };
   double last_test_accuracy = -1;
@@ -183,17 +196,19 @@ void train(Comm& comm, const options& o) {
     const clock::time_point start = clock::now();
     for (; pos.step < steps_per_epoch && !step_limit_reached(); ++pos.step) {
       const std::uint32_t* mine = order.data() + pos.step * global_batch + rank * batch;
+      pending.clear();
       for (std::size_t s = 0; s < shards; ++s) {
-        train_stats +=
-            model.mean_gradient(params.data(), data.train, mine + s * shard, shard, shard_grads[s]);
+        train_stats += model.mean_gradient(params.data(), data.train, mine + s * shard, shard,
+                                           shard_grads[s], shards == 1 ? submit : no_hook);
       }
       if (shards > 1) {
         distcomm::fold(grad.data(), fold_inputs.data(), shards, n, distcomm::dtype::f32,
                        distcomm::reduce_op::sum);
         distcomm::divide(grad.data(), grad.data(), n, distcomm::dtype::f32, shards);
+        for (std::size_t t = grad_views.size(); t-- > 0;) submit(t);
       }
       const clock::time_point c0 = clock::now();
-      comm.allreduce(grad_views, distcomm::reduce_op::avg);
+      for (const distcomm::work& w : pending) w.wait();
       comm_seconds += detail::seconds_since(c0);
       sgd_step(params.data(), velocity.data(), grad.data(), n, o.lr, o.momentum);
       ++pos.global_step;
@@ -208,7 +223,7 @@ void train(Comm& comm, const options& o) {
     const sample_stats test = model.evaluate(params.data(), data.test, mine.begin, mine.count);
     std::vector<double> sums = {train_stats.loss_sum, train_stats.correct, train_stats.count,
                                 test.loss_sum,        test.correct,        test.count};
-    comm.allreduce(distcomm::view(sums), distcomm::reduce_op::sum);
+    eng.allreduce_async("epoch statistics", distcomm::view(sums), distcomm::reduce_op::sum).wait();
     last_test_accuracy = detail::percent(sums[4], sums[5]);
     if (leader) {
       std::string note;

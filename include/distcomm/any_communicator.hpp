@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "distcomm/async/work.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
@@ -45,6 +46,8 @@ class any_communicator {
   const char* strategy_name() const { return get().strategy_name(); }
   const config& settings() const { return get().settings(); }
   std::uint64_t calls() const { return get().calls(); }
+  // The memory its backend moves: host, or cuda (nccl).
+  memory_kind memory() const { return get().memory(); }
 
   void allreduce(tensor_view data, reduce_op op = reduce_op::sum) {
     get().allreduce(data, data, op);
@@ -62,6 +65,25 @@ class any_communicator {
   void broadcast(tensor_view data, int root) { get().broadcast(data, root); }
   void barrier() { get().barrier(); }
 
+  // The non-blocking forms (communicator.hpp): a work at once, the collective in order.
+  work iallreduce(tensor_view data, reduce_op op = reduce_op::sum) {
+    return get().iallreduce(data, data, op);
+  }
+  work iallreduce(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
+    return get().iallreduce(in, out, op);
+  }
+  work iallreduce(span<const tensor_view> tensors, reduce_op op = reduce_op::sum) {
+    return get().iallreduce(tensors, op);
+  }
+  work ireduce_scatter(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
+    return get().ireduce_scatter(in, out, op);
+  }
+  work iallgather(tensor_view in, tensor_view out) { return get().iallgather(in, out); }
+  work ibroadcast(tensor_view data, int root) { return get().ibroadcast(data, root); }
+  work ibarrier() { return get().ibarrier(); }
+  // Waits until every collective started so far has completed.
+  void synchronize() { get().synchronize(); }
+
   // The typed communicator inside, when it is a Comm (as std::function::target); else nullptr.
   template <class Comm>
   Comm* target() noexcept {
@@ -78,12 +100,20 @@ class any_communicator {
     virtual const char* strategy_name() const = 0;
     virtual const config& settings() const = 0;
     virtual std::uint64_t calls() const = 0;
+    virtual memory_kind memory() const = 0;
     virtual void allreduce(tensor_view in, tensor_view out, reduce_op op) = 0;
     virtual void allreduce(span<const tensor_view> tensors, reduce_op op) = 0;
     virtual void reduce_scatter(tensor_view in, tensor_view out, reduce_op op) = 0;
     virtual void allgather(tensor_view in, tensor_view out) = 0;
     virtual void broadcast(tensor_view data, int root) = 0;
     virtual void barrier() = 0;
+    virtual work iallreduce(tensor_view in, tensor_view out, reduce_op op) = 0;
+    virtual work iallreduce(span<const tensor_view> tensors, reduce_op op) = 0;
+    virtual work ireduce_scatter(tensor_view in, tensor_view out, reduce_op op) = 0;
+    virtual work iallgather(tensor_view in, tensor_view out) = 0;
+    virtual work ibroadcast(tensor_view data, int root) = 0;
+    virtual work ibarrier() = 0;
+    virtual void synchronize() = 0;
   };
 
   template <class Comm>
@@ -96,6 +126,10 @@ class any_communicator {
     const char* strategy_name() const override { return comm.strategy_name(); }
     const config& settings() const override { return comm.settings(); }
     std::uint64_t calls() const override { return comm.calls(); }
+    memory_kind memory() const override {
+      return detail::moves_device_memory<typename Comm::backend_type>::value ? memory_kind::cuda
+                                                                             : memory_kind::host;
+    }
     void allreduce(tensor_view in, tensor_view out, reduce_op op) override {
       comm.allreduce(in, out, op);
     }
@@ -108,6 +142,19 @@ class any_communicator {
     void allgather(tensor_view in, tensor_view out) override { comm.allgather(in, out); }
     void broadcast(tensor_view data, int root) override { comm.broadcast(data, root); }
     void barrier() override { comm.barrier(); }
+    work iallreduce(tensor_view in, tensor_view out, reduce_op op) override {
+      return comm.iallreduce(in, out, op);
+    }
+    work iallreduce(span<const tensor_view> tensors, reduce_op op) override {
+      return comm.iallreduce(tensors, op);
+    }
+    work ireduce_scatter(tensor_view in, tensor_view out, reduce_op op) override {
+      return comm.ireduce_scatter(in, out, op);
+    }
+    work iallgather(tensor_view in, tensor_view out) override { return comm.iallgather(in, out); }
+    work ibroadcast(tensor_view data, int root) override { return comm.ibroadcast(data, root); }
+    work ibarrier() override { return comm.ibarrier(); }
+    void synchronize() override { comm.synchronize(); }
     Comm comm;
   };
 

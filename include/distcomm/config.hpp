@@ -45,6 +45,16 @@ struct config {
   std::string strategy;
   // DISTCOMM_LOG.
   log_level log = log_level::warn;
+  // The engine's cycle while tensors are pending: how long it gathers submissions before the
+  // ranks agree on what is ready (DISTCOMM_CYCLE_TIME, milliseconds).
+  std::chrono::duration<double> cycle_time{0.001};
+  // A rank waiting longer than this in a collective, the engine or the start-up rendezvous logs
+  // which ranks it waits for, and again after each further period; 0 turns it off
+  // (DISTCOMM_STALL_WARNING, seconds).
+  std::chrono::duration<double> stall_warning{60.0};
+  // Chrome trace of every collective and engine phase; %r becomes the rank; empty: none
+  // (DISTCOMM_TIMELINE).
+  std::string timeline;
 
   using env_lookup = std::function<const char*(const char*)>;
 

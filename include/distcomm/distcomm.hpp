@@ -3,6 +3,7 @@
 #pragma once
 
 #include "distcomm/any_communicator.hpp"
+#include "distcomm/async/work.hpp"
 #include "distcomm/backend.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/config.hpp"

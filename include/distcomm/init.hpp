@@ -2,8 +2,8 @@
 // dist.init_process_group() or hvd.init() do. It reads the world from whatever the launcher set
 // (distcomm-run, mpirun, srun, torchrun, TF_CONFIG: docs/RENDEZVOUS.md), picks the backend and
 // the strategy by name, and connects:
-//   auto comm = distcomm::init();                 // DISTCOMM_BACKEND / DISTCOMM_STRATEGY or
-//   defaults auto comm = distcomm::init({"gloo", "ring"}); // named in code
+//   auto comm = distcomm::init();                  // DISTCOMM_BACKEND, DISTCOMM_STRATEGY
+//   auto comm = distcomm::init({"gloo", "ring"});  // named in code
 // The backend is the one named, else DISTCOMM_BACKEND, else the fastest built for host tensors on
 // this kind of job (default_backend() in registry/backends.hpp says which and why); the strategy
 // the one named, else DISTCOMM_STRATEGY, else auto. DISTCOMM_TIMEOUT bounds the whole start-up

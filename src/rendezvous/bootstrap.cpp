@@ -74,6 +74,9 @@ struct startup {
   int rank = 0;
   int size = 1;
   std::chrono::duration<double> timeout{};  // DISTCOMM_TIMEOUT, for messages
+  // DISTCOMM_STALL_WARNING: a wait longer than this logs who is missing, and again after each
+  // further period; 0: never.
+  std::chrono::duration<double> interval{};
   detail::store_clock::time_point start;
   detail::store_clock::time_point deadline;
 
@@ -89,13 +92,15 @@ struct startup {
     return detail::whole_seconds(left()) +
            " left of start-up (DISTCOMM_TIMEOUT=" + detail::format_seconds(timeout) + ")";
   }
-  // The next wait of a phase: until the next progress line (every progress_interval since the
-  // start, whichever phase it falls in) or the deadline. A tick less than 0.1 s away is skipped,
-  // so a wait that its store ended a little early does not log twice.
+  // The next wait of a phase: until the next progress line (every `interval` since the start,
+  // whichever phase it falls in) or the deadline. A tick less than 0.1 s away is skipped, so a
+  // wait that its store ended a little early does not log twice.
   std::chrono::duration<double> slice() const {
+    if (interval.count() <= 0) return left();
     const auto now = detail::store_clock::now();
-    const auto ticks = (now - start + std::chrono::milliseconds(100)) / detail::progress_interval;
-    const auto next = start + (ticks + 1) * detail::progress_interval;
+    const auto every = std::chrono::duration_cast<detail::store_clock::duration>(interval);
+    const auto ticks = (now - start + std::chrono::milliseconds(100)) / every;
+    const auto next = start + (ticks + 1) * every;
     return std::min(left(), std::chrono::duration<double>(next - now));
   }
 };
@@ -254,12 +259,15 @@ job bootstrap(const config& cfg) {
 
 job shared_bootstrap(const config& cfg) {
   static std::mutex mu;
-  static std::weak_ptr<store> kv;
+  // Held for the life of the process: the backends keep no reference to the store once they
+  // are connected (gloo keeps a weak one), and a second init() must find the job, not start a
+  // second one on the same port. Never destroyed, so that exit does not wait on its clients.
+  static std::shared_ptr<store>* kv = new std::shared_ptr<store>();
   static world_info world;
   std::lock_guard<std::mutex> lk(mu);
-  if (std::shared_ptr<store> alive = kv.lock()) return job{world, std::move(alive)};
+  if (*kv) return job{world, *kv};
   job j = bootstrap(cfg);
-  kv = j.kv;
+  *kv = j.kv;
   world = j.world;
   return j;
 }
@@ -268,6 +276,7 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
   set_log_level(cfg.log);
   startup s;
   s.timeout = cfg.timeout;
+  s.interval = cfg.stall_warning;
   s.start = detail::store_clock::now();
   s.deadline = detail::deadline_after(cfg.timeout);
   job j;

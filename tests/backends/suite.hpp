@@ -6,7 +6,9 @@
 #pragma once
 
 #include "allreduce.hpp"
+#include "async.hpp"
 #include "collectives.hpp"
+#include "engine.hpp"
 #include "mismatch.hpp"
 #include "overflow.hpp"
 #include "p2p.hpp"
@@ -30,5 +32,9 @@ TEST_CASE_TEMPLATE_INVOKE(backend_suite_native_vs_ring, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_collectives, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_deterministic, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_overflow, DISTCOMM_SUITE_ENVS);
+TEST_CASE_TEMPLATE_INVOKE(backend_suite_async, DISTCOMM_SUITE_ENVS);
+TEST_CASE_TEMPLATE_INVOKE(backend_suite_engine_orders, DISTCOMM_SUITE_ENVS);
+TEST_CASE_TEMPLATE_INVOKE(backend_suite_engine_join, DISTCOMM_SUITE_ENVS);
+TEST_CASE_TEMPLATE_INVOKE(backend_suite_engine_mismatch, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_mismatch, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_departed, DISTCOMM_SUITE_ENVS);

@@ -188,6 +188,12 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_STRATEGY", "Ring"},
       {"DISTCOMM_LOG", "verbose"},
       {"DISTCOMM_LOG", "trace"},
+      {"DISTCOMM_CYCLE_TIME", "fast"},
+      {"DISTCOMM_CYCLE_TIME", "0"},
+      {"DISTCOMM_CYCLE_TIME", "-1"},
+      {"DISTCOMM_STALL_WARNING", "soon"},
+      {"DISTCOMM_STALL_WARNING", "-3"},
+      {"DISTCOMM_TIMELINE", "/tmp/trace.%d.json"},  // only %r is replaced
   };
   std::set<std::string> covered;
   for (const auto& [name, value] : garbage) {
@@ -233,13 +239,17 @@ TEST_CASE("config: to_string has one NAME=value line per setting, in settings() 
 }
 
 TEST_CASE("config: to_string shows the values, and its output reads back to the same config") {
-  const env e = {
-      {"DISTCOMM_TIMEOUT", "2.5"},          {"DISTCOMM_FUSION_THRESHOLD", "1M"},
-      {"DISTCOMM_FUSION_CUTOFF", "262144"}, {"DISTCOMM_SEGMENT_SIZE", "65536"},
-      {"DISTCOMM_PS_SERVERS", "0"},         {"DISTCOMM_ALGO", "ps:0-1K;native:1K-1M;ring:1M-max"},
-      {"DISTCOMM_DETERMINISTIC", "on"},     {"DISTCOMM_MISMATCH_CHECK", "off"},
-      {"DISTCOMM_BACKEND", "mpi"},          {"DISTCOMM_STRATEGY", "recursive_doubling"},
-      {"DISTCOMM_LOG", "debug"}};
+  const env e = {{"DISTCOMM_TIMEOUT", "2.5"},
+                 {"DISTCOMM_FUSION_THRESHOLD", "1M"},
+                 {"DISTCOMM_FUSION_CUTOFF", "262144"},
+                 {"DISTCOMM_SEGMENT_SIZE", "65536"},
+                 {"DISTCOMM_PS_SERVERS", "0"},
+                 {"DISTCOMM_ALGO", "ps:0-1K;native:1K-1M;ring:1M-max"},
+                 {"DISTCOMM_DETERMINISTIC", "on"},
+                 {"DISTCOMM_MISMATCH_CHECK", "off"},
+                 {"DISTCOMM_BACKEND", "mpi"},
+                 {"DISTCOMM_STRATEGY", "recursive_doubling"},
+                 {"DISTCOMM_LOG", "debug"}};
   const std::string text = from(e).to_string();
   CHECK_HAS(text, "DISTCOMM_TIMEOUT=2.5\n");
   CHECK_HAS(text, "DISTCOMM_FUSION_THRESHOLD=1M\n");

@@ -854,6 +854,7 @@ config with_timeout(double s) {
   config cfg;
   cfg.timeout = seconds(s);
   cfg.log = log_level::warn;
+  cfg.stall_warning = seconds(5);  // the start-up's "waiting for rank ..." lines (default 60)
   return cfg;
 }
 

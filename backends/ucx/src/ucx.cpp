@@ -390,7 +390,9 @@ struct ucx_state {
 
     ucp_worker_params_t wparams{};
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    // Serialized, not single: a communicator's collectives run on the caller's thread or on its
+    // progress thread (async/progress.hpp), one at a time.
+    wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     check("ucp_worker_create", ucp_worker_create(context, &wparams, &worker));
     check("ucp_worker_get_efd", ucp_worker_get_efd(worker, &event_fd));
 

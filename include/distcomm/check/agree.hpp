@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -24,6 +25,7 @@
 
 #include "distcomm/backend.hpp"
 #include "distcomm/check/fingerprint.hpp"
+#include "distcomm/check/stall.hpp"
 #include "distcomm/core/error.hpp"
 
 namespace distcomm::check {
@@ -59,7 +61,8 @@ class call_check {
         nonce_(o.nonce_),
         sent_(std::move(o.sent_)),
         received_(std::move(o.received_)),
-        sources_(std::move(o.sources_)) {}
+        sources_(std::move(o.sources_)),
+        watch_(std::move(o.watch_)) {}
   call_check& operator=(call_check&& o) noexcept {
     if (this != &o) {
       enabled_ = std::exchange(o.enabled_, false);
@@ -70,8 +73,15 @@ class call_check {
       sent_ = std::move(o.sent_);
       received_ = std::move(o.received_);
       sources_ = std::move(o.sources_);
+      watch_ = std::move(o.watch_);
     }
     return *this;
+  }
+
+  // Logs a wait in the agreement longer than `every` (DISTCOMM_STALL_WARNING), naming the rank
+  // waited for (check/stall.hpp).
+  void watch_stalls(int rank, std::chrono::duration<double> every) {
+    if (enabled_) watch_ = stall_watch::make(rank, every);
   }
 
   bool enabled() const noexcept { return enabled_; }
@@ -92,6 +102,7 @@ class call_check {
   bool agree(B& b, call_fingerprint mine, const char* what, deadline until) {
     mine.seq = seq_++;
     mine.rank = b.rank();
+    what_ = what;
     const int p = b.size();
     if (!exchanges(p)) return false;
     const int r = b.rank();
@@ -243,6 +254,13 @@ class call_check {
   // can come before its first one (leave() sends nothing then). Returns whether what arrived is
   // `from`'s own notice.
   bool receive(B& b, std::size_t k, int from, deadline until) {
+    struct watched {
+      stall_watch* w;
+      ~watched() {
+        if (w) w->done();
+      }
+    } const mark{watch_.get()};
+    if (watch_) watch_->waiting(what_, seq_ - 1, from);
     for (;;) {
       b.irecv(&received_[k], sizeof(agreement), from, tag_agree).wait(until);
       const agreement& in = received_[k];
@@ -269,6 +287,8 @@ class call_check {
   std::vector<agreement> sent_;  // kept between calls: no allocation once warm
   std::vector<agreement> received_;
   std::vector<std::uint64_t> sources_;  // the nonce of each round's source, once known
+  std::shared_ptr<stall_watch> watch_;  // DISTCOMM_STALL_WARNING, else null
+  const char* what_ = nullptr;          // the collective being agreed on
 };
 
 }  // namespace distcomm::check

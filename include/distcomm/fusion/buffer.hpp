@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstring>
+#include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "distcomm/core/span.hpp"
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/strategy/detail.hpp"
+#include "distcomm/trace/timeline.hpp"
 
 namespace distcomm::fusion {
 
@@ -55,17 +58,21 @@ class buffer {
           run(v.data, v.data, v.count, t, op);
         } else {
           unsigned char* packed = storage_.get(pending_bytes);
+          const auto t0 = timeline_ ? trace::timeline::now() : trace::timeline::time_point{};
           std::size_t offset = 0;
           for (const tensor_view* v : pending_) {
             std::memcpy(packed + offset, v->data, v->bytes());
             offset += v->bytes();
           }
+          traced("pack", t0, pending_bytes);
           run(packed, packed, pending_bytes / dtype_size(t), t, op);
+          const auto t1 = timeline_ ? trace::timeline::now() : trace::timeline::time_point{};
           offset = 0;
           for (const tensor_view* v : pending_) {
             std::memcpy(v->data, packed + offset, v->bytes());
             offset += v->bytes();
           }
+          traced("unpack", t1, pending_bytes);
         }
         pending_.clear();
         pending_bytes = 0;
@@ -88,7 +95,23 @@ class buffer {
     }
   }
 
+  // With DISTCOMM_TIMELINE set, the communicator hands its track over: packing and unpacking
+  // become spans of it.
+  void trace_to(std::shared_ptr<trace::timeline> t, int track) {
+    timeline_ = std::move(t);
+    track_ = track;
+  }
+
  private:
+  void traced(const char* what, trace::timeline::time_point begin, std::size_t bytes) {
+    if (!timeline_) return;
+    timeline_->span(track_, what, "fusion", begin, trace::timeline::now(),
+                    "\"bytes\": " + std::to_string(bytes) +
+                        ", \"tensors\": " + std::to_string(pending_.size()));
+  }
+
+  std::shared_ptr<trace::timeline> timeline_;
+  int track_ = 0;
   std::size_t threshold_;
   std::size_t cutoff_;
   strategy::detail::scratch storage_;

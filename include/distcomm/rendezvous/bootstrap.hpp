@@ -29,7 +29,7 @@ struct job {
 job bootstrap(const config& cfg = config::from_env());
 job bootstrap(const config& cfg, const env_lookup& getenv);
 
-// This process's job, bootstrapped once and shared while anything holds its store: every backend
+// This process's job, bootstrapped once and kept for the life of the process: every backend
 // a program makes by name (distcomm::init(), plugins) meets over it, since a second bootstrap
 // would try to host the store again on the master port. Backends made over one job pair up across
 // ranks in the order they were made, as the n-th of each rank. Thread-safe.
