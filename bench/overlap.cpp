@@ -1,6 +1,6 @@
 // distcomm-bench-overlap: what the engine's overlap of gradient averaging with backward buys. A
 // model profile (bench/profiles/) is replayed layer by layer in backward order (last tensor
-// first), each layer taking a share of --compute-ms proportional to its parameters, in two ways
+// first), each layer taking a share of --compute-ms (by parameters, or equal: --split), in two ways
 // timed in alternating steps of one job:
 //   sync    compute every layer, then ONE grouped allreduce (avg) of all gradients;
 //   engine  compute each layer, then hand its gradient to distcomm::engine; wait at the end.
@@ -41,6 +41,7 @@ struct options {
   std::string profile = "bench/profiles/resnet50.txt";
   std::string compute = "auto";
   std::string model = "sleep";
+  std::string split = "params";
   double scale = 1.0;
   int steps = 10;
 };
@@ -86,6 +87,12 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "How compute is modelled: sleep (a busy device) or cpu")
       ->check(CLI::IsMember({"sleep", "cpu"}))
       ->capture_default_str();
+  app.add_option("--split", o.split,
+                 "How the compute is spread over the layers: params (by parameters) or equal (the "
+                 "same for every tensor; closer for convolutions, whose compute is not in their "
+                 "parameter count)")
+      ->check(CLI::IsMember({"params", "equal"}))
+      ->capture_default_str();
   app.add_option("--scale", o.scale, "Multiply every tensor's size by this (0 < scale <= 1)")
       ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
@@ -125,15 +132,18 @@ int main(int argc, char** argv) {
     const double compute_ms = o.compute == "auto" ? median(comm_ms) : std::stod(o.compute);
     std::vector<steady::duration> layer(counts.size());
     for (std::size_t i = 0; i < counts.size(); ++i) {
-      layer[i] = std::chrono::duration_cast<steady::duration>(
-          ms(compute_ms * static_cast<double>(counts[i]) / static_cast<double>(total)));
+      const double share = o.split == "equal"
+                               ? 1.0 / static_cast<double>(counts.size())
+                               : static_cast<double>(counts[i]) / static_cast<double>(total);
+      layer[i] = std::chrono::duration_cast<steady::duration>(ms(compute_ms * share));
     }
     if (leader) {
       std::printf(
           "# backend %s, strategy %s, %d ranks, %zu tensors, %.1f MiB, compute %.2f ms per step "
-          "(%s), %d steps each\n",
+          "(%s, split by %s), %d steps each\n",
           sync_comm.backend_name(), sync_comm.strategy_name(), sync_comm.size(), counts.size(),
-          static_cast<double>(total) * 4.0 / 1048576.0, compute_ms, o.model.c_str(), o.steps);
+          static_cast<double>(total) * 4.0 / 1048576.0, compute_ms, o.model.c_str(),
+          o.split.c_str(), o.steps);
     }
 
     // One warm-up step of the engine: its cache learns the names.

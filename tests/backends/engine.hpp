@@ -27,9 +27,9 @@ dc::any_communicator engine_comm(rank_context<B>& ctx, dc::config cfg) {
   return dc::any_communicator(dc::communicator<B, dc::strategy::automatic>(ctx.make(), cfg));
 }
 
-// Steps of the random-order test: 1,000 unless DISTCOMM_TEST_ENGINE_STEPS says fewer.
+// Steps of the random-order test: 1,000 unless BACKEND_SUITE_ENGINE_STEPS says fewer.
 inline int engine_steps() {
-  const char* v = std::getenv("DISTCOMM_TEST_ENGINE_STEPS");
+  const char* v = std::getenv("BACKEND_SUITE_ENGINE_STEPS");
   return v != nullptr ? std::max(1, std::atoi(v)) : 1000;
 }
 
