@@ -112,6 +112,7 @@ mpi_state::mpi_state(MPI_Comm c, bool own) : comm(c), owned(own) {
 }
 
 mpi_state::~mpi_state() {
+  const mpi_lock lock(mpi_mutex());
   int finalized = 0;
   if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
   for (auto& row : user_ops) {
@@ -403,6 +404,7 @@ void mpi_request::throw_mismatch(const detail::mpi_piece& p) const {
 
 bool mpi_request::test() {
   if (!state_) return true;
+  const detail::mpi_lock lock(detail::mpi_mutex());
   state_->check_aborted();
   detail::mpi_serve_receives();  // sends too: a peer's send may wait on a receive of ours
   bool all_done = true;
@@ -453,6 +455,7 @@ void mpi_request::wait(deadline until) {
 
 void mpi_request::cancel() noexcept {
   if (!state_) return;
+  const detail::mpi_lock lock(detail::mpi_mutex());
   int finalized = 0;
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
     if (!is_send_) detail::retract(pieces_.data());  // pieces not matched yet simply go
@@ -489,6 +492,7 @@ void mpi_request::cancel() noexcept {
 // ---- mpi_backend -------------------------------------------------------------------------------
 
 mpi_backend::mpi_backend() {
+  const detail::mpi_lock lock(detail::mpi_mutex());
   detail::ensure_initialized();
   MPI_Comm dup = MPI_COMM_NULL;
   detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
@@ -497,6 +501,7 @@ mpi_backend::mpi_backend() {
 }
 
 mpi_backend::mpi_backend(MPI_Comm comm, ownership kind) {
+  const detail::mpi_lock lock(detail::mpi_mutex());
   int initialized = 0;
   detail::mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
   if (!initialized) {
@@ -518,6 +523,7 @@ int mpi_backend::size() const noexcept { return state_ ? state_->size : 1; }
 MPI_Comm mpi_backend::comm() const noexcept { return state_ ? state_->comm : MPI_COMM_NULL; }
 
 mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  const detail::mpi_lock lock(detail::mpi_mutex());
   check_peer(peer, state_->size, "isend");
   state_->check_aborted();
   mpi_request r(state_, true, peer, tag, bytes);
@@ -537,6 +543,7 @@ mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, ta
 }
 
 mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  const detail::mpi_lock lock(detail::mpi_mutex());
   check_peer(peer, state_->size, "irecv");
   state_->check_aborted();
   mpi_request r(state_, false, peer, tag, bytes);
@@ -556,6 +563,7 @@ mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
 }
 
 void mpi_backend::abort(const std::string& reason) noexcept {
+  const detail::mpi_lock lock(detail::mpi_mutex());
   if (state_) state_->abort(reason);
 }
 

@@ -88,6 +88,7 @@ void finish(detail::mpi_state& s, MPI_Request& req, const char* what, std::size_
   int rc = MPI_SUCCESS;
   const bool done = detail::mpi_poll(
       [&] {
+        const detail::mpi_lock lock(detail::mpi_mutex());
         detail::mpi_serve_receives();  // a peer's send may wait on a receive of this rank
         int flag = 0;
         rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
@@ -115,9 +116,12 @@ void mpi_backend::native_allreduce(const void* in, void* out, std::size_t count,
   const int n = checked_count(count, "allreduce");
   if (n == 0) return;
   MPI_Request req = MPI_REQUEST_NULL;
-  detail::mpi_check(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, mpi_type(t),
-                                   mpi_op(s, t, op), s.comm, &req),
-                    "MPI_Iallreduce");
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_check(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, mpi_type(t),
+                                     mpi_op(s, t, op), s.comm, &req),
+                      "MPI_Iallreduce");
+  }
   finish(s, req, "allreduce", count * dtype_size(t), until);
   if (op == reduce_op::avg) divide(out, out, count, t, static_cast<std::size_t>(s.size));
 }
@@ -142,9 +146,12 @@ void mpi_backend::native_reduce_scatter(const void* in, void* out, std::size_t r
     in = copy.data();
   }
   MPI_Request req = MPI_REQUEST_NULL;
-  detail::mpi_check(
-      MPI_Ireduce_scatter_block(in, out, n, mpi_type(t), mpi_op(s, t, op), s.comm, &req),
-      "MPI_Ireduce_scatter_block");
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_check(
+        MPI_Ireduce_scatter_block(in, out, n, mpi_type(t), mpi_op(s, t, op), s.comm, &req),
+        "MPI_Ireduce_scatter_block");
+  }
   finish(s, req, "reduce_scatter", recv_count * dtype_size(t), until);
   if (op == reduce_op::avg) divide(out, out, recv_count, t, static_cast<std::size_t>(s.size));
 }
@@ -159,9 +166,12 @@ void mpi_backend::native_allgather(const void* in, void* out, std::size_t send_c
   const std::size_t bytes = send_count * dtype_size(t);
   const void* mine = static_cast<unsigned char*>(out) + static_cast<std::size_t>(s.rank) * bytes;
   MPI_Request req = MPI_REQUEST_NULL;
-  detail::mpi_check(MPI_Iallgather(in == mine ? MPI_IN_PLACE : in, n, mpi_type(t), out, n,
-                                   mpi_type(t), s.comm, &req),
-                    "MPI_Iallgather");
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_check(MPI_Iallgather(in == mine ? MPI_IN_PLACE : in, n, mpi_type(t), out, n,
+                                     mpi_type(t), s.comm, &req),
+                      "MPI_Iallgather");
+  }
   finish(s, req, "allgather", bytes, until);
 }
 
@@ -176,7 +186,10 @@ void mpi_backend::native_broadcast(void* data, std::size_t count, dtype t, int r
   const int n = checked_count(count, "broadcast");
   if (n == 0) return;
   MPI_Request req = MPI_REQUEST_NULL;
-  detail::mpi_check(MPI_Ibcast(data, n, mpi_type(t), root, s.comm, &req), "MPI_Ibcast");
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_check(MPI_Ibcast(data, n, mpi_type(t), root, s.comm, &req), "MPI_Ibcast");
+  }
   finish(s, req, "broadcast", count * dtype_size(t), until);
 }
 
@@ -184,7 +197,10 @@ void mpi_backend::native_barrier(deadline until) {
   detail::mpi_state& s = *state_;
   s.check_aborted();
   MPI_Request req = MPI_REQUEST_NULL;
-  detail::mpi_check(MPI_Ibarrier(s.comm, &req), "MPI_Ibarrier");
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_check(MPI_Ibarrier(s.comm, &req), "MPI_Ibarrier");
+  }
   finish(s, req, "barrier", 0, until);
 }
 

@@ -15,6 +15,16 @@
 
 namespace distcomm::detail {
 
+// Every MPI call of the process goes through this lock: MPI is initialised
+// MPI_THREAD_SERIALIZED, and a process may use communicators from several threads at once (a
+// communicator's progress thread, an engine's thread, the program's own). Held for one call or one
+// test at a time, never across a wait, so threads interleave their waits.
+inline std::recursive_mutex& mpi_mutex() {
+  static std::recursive_mutex* m = new std::recursive_mutex;  // never destroyed (static teardown)
+  return *m;
+}
+using mpi_lock = std::lock_guard<std::recursive_mutex>;
+
 // Every MPI return code goes through here: MPI_SUCCESS passes, anything else becomes a
 // backend_error carrying the routine, the code and MPI_Error_string.
 void mpi_check(int rc, const char* routine);
