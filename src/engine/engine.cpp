@@ -248,7 +248,7 @@ struct engine::impl {
   bool cycle(bool stopping) {
     const auto t0 = trace::timeline::now();
     const steady::time_point now = steady::now();
-    // This rank's report, from a snapshot of what is pending.
+    // This rank's flags and cache bytes; its list of names only if a full exchange needs it.
     rank_report mine;
     bool need_full = stopping;
     bool local_work = false;
@@ -262,7 +262,6 @@ struct engine::impl {
       bool stalled = false;
       for (const entry& e : pending) {
         const double age = std::chrono::duration<double>(now - e.submitted).count();
-        mine.pending.push_back({e.req, age});
         const int i = cache.find(e.req);
         if (i < 0 || joined) need_full = true;
         if (i >= 0) bits[static_cast<std::size_t>(i)] = 1;
@@ -280,9 +279,10 @@ struct engine::impl {
     bits[c + 1] = mine.blocked ? 1 : 0;
 
     plan pl;
+    bool full = false;
     try {
       control.allreduce(tensor_view{bits.data(), bits.size(), dtype::u8}, reduce_op::min);
-      bool full = bits[c] == 0;
+      full = bits[c] == 0;
       if (!full) {
         for (std::size_t i = 0; i < c; ++i) {
           if (bits[i] != 0) pl.ready.push_back(static_cast<int>(i));
@@ -292,6 +292,7 @@ struct engine::impl {
         if (pl.ready.empty() && bits[c + 1] == 1) full = true;
       }
       if (full) {
+        mine.pending = pending_now();
         pl = exchange(mine);
         joined_ranks = pl.joined;
         announced_joined = mine.joined;
@@ -303,11 +304,11 @@ struct engine::impl {
     {
       std::lock_guard<std::mutex> lock(mutex);
       ++stats.cycles;
-      if (bits[c] == 0 || (pl.ready.empty() && bits[c + 1] == 1)) ++stats.full_cycles;
+      if (full) ++stats.full_cycles;
     }
-    if (tl && (local_work || bits[c] == 0)) {
+    if (tl && (local_work || full)) {
       tl->span(track, "negotiate", "engine", t0, trace::timeline::now(),
-               "\"full\": " + std::string(bits[c] == 0 ? "true" : "false") +
+               "\"full\": " + std::string(full ? "true" : "false") +
                    ", \"ready\": " + std::to_string(pl.ready.size()));
     }
 
@@ -332,6 +333,17 @@ struct engine::impl {
       return false;
     }
     return true;
+  }
+
+  // What is pending here now, with ages: this rank's part of a full exchange.
+  std::vector<pending_request> pending_now() {
+    std::vector<pending_request> out;
+    std::lock_guard<std::mutex> lock(mutex);
+    const steady::time_point now = steady::now();
+    for (const entry& e : pending) {
+      out.push_back({e.req, std::chrono::duration<double>(now - e.submitted).count()});
+    }
+    return out;
   }
 
   plan exchange(const rank_report& mine) {
