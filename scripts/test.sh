@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds DistComm and runs every test, then the unit tests again under AddressSanitizer and
-# UndefinedBehaviorSanitizer. What CI runs (.ci/run). Exits non-zero on any failure.
+# Builds DistComm and runs every test: the unit tests under AddressSanitizer and
+# UndefinedBehaviorSanitizer (in build-asan/), the others in build/. What CI runs (.ci/run).
+# Exits non-zero on any failure.
 #
 # usage: scripts/test.sh [--no-sanitize] [-j N]
-#   --no-sanitize  skip the sanitizer pass (quick local loops)
+#   --no-sanitize  no sanitizer pass: the unit tests are built and run in build/ (quick local
+#                  loops)
 #   -j N           parallel build and test jobs (default: number of cores)
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -23,7 +25,12 @@ done
 cd "$DISTCOMM_ROOT"
 
 phase "packages" ensure_packages
-phase "configure build/" configure_tree build -DDISTCOMM_WERROR=ON
+# With the sanitizer pass, the unit tests (label "unit", but the registry's) are built and run
+# there only, once: the main tree leaves them out (DISTCOMM_BUILD_UNIT_TESTS=OFF).
+unit_in_main=ON
+((sanitize)) && unit_in_main=OFF
+phase "configure build/" configure_tree build -DDISTCOMM_WERROR=ON \
+  -DDISTCOMM_BUILD_UNIT_TESTS=$unit_in_main
 phase "build build/" build_tree build
 phase "ctest build/ (all tests)" ctest --test-dir build --output-on-failure -j "$DISTCOMM_JOBS"
 
@@ -36,7 +43,7 @@ if ((sanitize)); then
     -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DDISTCOMM_BUILD_BENCH=OFF \
     -DDISTCOMM_BUILD_EXAMPLES=OFF -DDISTCOMM_WITH_NCCL=OFF
   # Only what the unit tests need, less the registry's (every backend and init(), checked by the
-  # main pass): the sanitizer pass runs `ctest -L unit -LE registry` alone.
+  # main pass): configured here but not built, hence -LE registry.
   phase "build build-asan/ (unit tests)" build_tree build-asan --target distcomm_unit_tests
   phase "ctest build-asan/ -L unit" ctest --test-dir build-asan -L unit -LE registry --output-on-failure \
     -j "$DISTCOMM_JOBS"

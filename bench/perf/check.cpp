@@ -218,8 +218,12 @@ std::int64_t data_check::wrong(const void* buf, std::size_t first, std::size_t c
     }
     for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = first + k;
+      // alltoall: block q of the result is block `rank` of rank q's input.
       const std::int64_t e = coll_ == collective::allgather
                                  ? move_input(static_cast<int>(i / block_), i % block_)
+                             : coll_ == collective::alltoall
+                                 ? move_input(static_cast<int>(i / block_),
+                                              static_cast<std::size_t>(rank_) * block_ + i % block_)
                                  : move_input(root_, i);
       if (!(to_double(got[k]) == static_cast<double>(e))) ++bad;
     }

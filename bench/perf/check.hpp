@@ -16,7 +16,8 @@ namespace distcomm::bench {
 
 class data_check {
  public:
-  // block: elements per rank of allgather (rank q's input lands at q*block); ignored otherwise.
+  // block: elements per rank of allgather (rank q's input lands at q*block) and per peer of
+  // alltoall; ignored otherwise.
   data_check(collective c, dtype t, reduce_op op, int ranks, int rank, int root,
              std::size_t block = 0);
 

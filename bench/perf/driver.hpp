@@ -182,6 +182,10 @@ class runner {
         const std::size_t n = count / p;
         return {n, n, n * p, n * p * es()};
       }
+      case collective::alltoall: {  // n elements to each rank, as alltoall_perf
+        const std::size_t n = count / p;
+        return {n, n * p, n * p, n * p * es()};
+      }
       case collective::allreduce:
       case collective::broadcast:
         break;
@@ -260,6 +264,22 @@ class runner {
           recv_.fill_input(dc, mine, 0, n);
         };
         ip.wrong = oop.wrong;
+        break;
+      case collective::alltoall:
+        oop.ran = true;  // DistComm's alltoall is out of place only
+        oop.run = [=] { comm_.alltoall(tv(send, np), tv(recv, np)); };
+        oop.fill = [=] {
+          send_.fill_input(dc, send, 0, np);
+          recv_.fill_sentinel(dc, recv, np);
+        };
+        oop.wrong = [=] { return recv_.wrong(dc, recv, 0, np); };
+        if (peer_) {
+          variant& pv = v[peer_column];
+          pv.ran = true;
+          pv.run = [=] { peer_->alltoall(send, recv, n, o_.type); };
+          pv.fill = oop.fill;
+          pv.wrong = oop.wrong;
+        }
         break;
       case collective::broadcast:
         ip.ran = true;  // DistComm's broadcast is in place only

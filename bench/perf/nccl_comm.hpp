@@ -142,6 +142,13 @@ class nccl_comm {
     });
   }
   void barrier() { b_.native_barrier(until()); }
+  // NCCL has no alltoall of its own: strategy::native's pairwise exchange over its send/receive,
+  // round by round.
+  void alltoall(tensor_view in, tensor_view out) {
+    on_device(in, out, [&](const void* i, void* o) {
+      native_.alltoall(b_, i, o, in.count / static_cast<std::size_t>(size()), in.type, until());
+    });
+  }
 
  private:
   deadline until() const { return deadline_after(cfg_.timeout); }
@@ -172,6 +179,7 @@ class nccl_comm {
   nccl_backend b_;
   config cfg_;
   cuda::fusion_buffer fusion_;
+  strategy::native native_{cfg_};
   device_buffer scratch_;  // host views' staging
   std::size_t scratch_capacity_ = 0;
 };

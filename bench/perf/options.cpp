@@ -32,7 +32,8 @@ const std::map<std::string, collective> collective_names = {
     {"allreduce", collective::allreduce},
     {"reduce_scatter", collective::reduce_scatter},
     {"allgather", collective::allgather},
-    {"broadcast", collective::broadcast}};
+    {"broadcast", collective::broadcast},
+    {"alltoall", collective::alltoall}};
 
 template <class T>
 std::vector<std::string> keys(const std::map<std::string, T>& m) {
@@ -65,8 +66,10 @@ void validate(const options& o) {
     fail("--fusion-tensors runs the grouped allreduce: it needs --collective allreduce");
   }
   if (!o.peer.empty()) {
-    if (o.coll != collective::allreduce) {
-      fail("--peer compares allreduce only (MPI_Allreduce, gloo::allreduce)");
+    if (o.coll != collective::allreduce && !(o.coll == collective::alltoall && o.peer == "mpi")) {
+      fail(
+          "--peer compares allreduce (MPI_Allreduce, gloo::allreduce) and, with mpi, alltoall "
+          "(MPI_Alltoall)");
     }
     if (o.type == dtype::bf16 || (o.peer == "mpi" && o.type == dtype::f16)) {
       fail(std::string("--peer ") + o.peer + " has no " + nccl_name(o.type) + " allreduce");
@@ -97,6 +100,8 @@ const char* to_string(collective c) noexcept {
       return "allgather";
     case collective::broadcast:
       return "broadcast";
+    case collective::alltoall:
+      return "alltoall";
   }
   return "invalid";
 }

@@ -1,7 +1,8 @@
-// --peer: the raw library's own allreduce, run interleaved with DistComm's at every size so both
-// see the same machine state. mpi: MPI_Allreduce on MPI_COMM_WORLD (ranks started by mpirun);
-// gloo: gloo::allreduce (the options API; the older algorithm classes stall on small messages
-// here, see the peers harness) on a gloo context connected through the job's DistComm store.
+// --peer: the raw library's own allreduce (and MPI_Alltoall), run interleaved with DistComm's at
+// every size so both see the same machine state. mpi: MPI_Allreduce on MPI_COMM_WORLD (ranks
+// started by mpirun); gloo: gloo::allreduce (the options API; the older algorithm classes stall on
+// small messages here, see the peers harness) on a gloo context connected through the job's
+// DistComm store.
 #pragma once
 
 #include <chrono>
@@ -22,6 +23,10 @@ class peer {
   virtual ~peer() = default;
   // In place, blocking. avg is the library's sum followed by one division, as a user would do.
   virtual void allreduce(void* data, std::size_t count, dtype t, reduce_op op) = 0;
+  // Out of place, `block` elements per rank; options.cpp admits only peers that have it.
+  virtual void alltoall(const void* in, void* out, std::size_t block, dtype t) {
+    (void)in, (void)out, (void)block, (void)t;
+  }
   // What runs, for the header: "MPI_Allreduce on MPI_COMM_WORLD".
   virtual std::string description() const = 0;
 };

@@ -94,7 +94,19 @@ class mpi_peer final : public peer {
     if (op == reduce_op::avg) divide(data, data, count, t, static_cast<std::size_t>(size_));
   }
 
-  std::string description() const override { return "MPI_Allreduce on MPI_COMM_WORLD"; }
+  void alltoall(const void* in, void* out, std::size_t block, dtype t) override {
+    if (block * static_cast<std::size_t>(size_) > static_cast<std::size_t>(INT_MAX)) {
+      throw invalid_argument_error("--peer mpi: " + std::to_string(block) +
+                                   " elements per rank exceed MPI's int count");
+    }
+    check(MPI_Alltoall(in, static_cast<int>(block), mpi_type(t), out, static_cast<int>(block),
+                       mpi_type(t), MPI_COMM_WORLD),
+          "MPI_Alltoall");
+  }
+
+  std::string description() const override {
+    return "MPI_Allreduce / MPI_Alltoall on MPI_COMM_WORLD";
+  }
 
  private:
   bool finalize_ = false;

@@ -69,6 +69,7 @@ double bus_factor(collective c, int ranks) noexcept {
       return 2.0 * (p - 1) / p;
     case collective::reduce_scatter:
     case collective::allgather:
+    case collective::alltoall:  // as nccl-tests' alltoall_perf
       return (p - 1) / p;
     case collective::broadcast:
       return 1.0;

@@ -48,6 +48,8 @@ std::vector<unsigned char> expected(db::collective c, dtype t, reduce_op op, int
     case db::collective::broadcast:
       out = in[static_cast<std::size_t>(root)];
       break;
+    case db::collective::alltoall:  // a result per rank: the test case below
+      break;
   }
   return out;
 }
@@ -81,6 +83,37 @@ TEST_CASE("the check accepts right results and counts wrong elements") {
           CHECK(dc.wrong(bad.data(), 0, len) == 1);
           dc.fill_sentinel(bad.data(), len);
           CHECK(dc.wrong(bad.data(), 0, len) == static_cast<std::int64_t>(len));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the check of alltoall: block q of rank r's result is block r of rank q's input") {
+  for (dtype t : distcomm::all_dtypes) {
+    for (int p : {1, 2, 3, 7}) {
+      CAPTURE(distcomm::to_string(t));
+      CAPTURE(p);
+      const std::size_t es = distcomm::dtype_size(t);
+      const auto pp = static_cast<std::size_t>(p);
+      std::vector<std::vector<unsigned char>> in(pp, std::vector<unsigned char>(n * pp * es));
+      for (int r = 0; r < p; ++r) {
+        db::data_check(db::collective::alltoall, t, reduce_op::sum, p, r, 0, n)
+            .fill_input(in[static_cast<std::size_t>(r)].data(), 0, n * pp);
+      }
+      for (int r = 0; r < p; ++r) {
+        std::vector<unsigned char> out(n * pp * es);
+        for (std::size_t q = 0; q < pp; ++q) {
+          std::memcpy(out.data() + q * n * es, in[q].data() + static_cast<std::size_t>(r) * n * es,
+                      n * es);
+        }
+        const db::data_check dc(db::collective::alltoall, t, reduce_op::sum, p, r, 0, n);
+        CHECK(dc.wrong(out.data(), 0, n * pp) == 0);
+        if (p > 1) {
+          std::memcpy(out.data(), in[1].data(), es);  // another rank's block, or another element
+          CHECK(dc.wrong(out.data(), 0, n * pp) >= 0);
+          std::memset(out.data() + 3 * es, 0x7f, es);
+          CHECK(dc.wrong(out.data(), 0, n * pp) >= 1);
         }
       }
     }

@@ -6,8 +6,10 @@
 //   comm.allreduce(distcomm::view(grads), distcomm::reduce_op::avg);
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -64,6 +66,26 @@ class any_communicator {
   void allgather(tensor_view in, tensor_view out) { get().allgather(in, out); }
   void broadcast(tensor_view data, int root) { get().broadcast(data, root); }
   void barrier() { get().barrier(); }
+  void alltoall(tensor_view in, tensor_view out) { get().alltoall(in, out); }
+  void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                 span<const std::size_t> recv_counts, span<const std::size_t> send_displs = {},
+                 span<const std::size_t> recv_displs = {}) {
+    get().alltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
+  }
+  void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                  span<const std::size_t> displs = {}) {
+    get().allgatherv(in, out, counts, displs);
+  }
+  void reduce(tensor_view in, tensor_view out, reduce_op op, int root) {
+    get().reduce(in, out, op, root);
+  }
+  void gather(tensor_view in, tensor_view out, int root) { get().gather(in, out, root); }
+  void scatter(tensor_view in, tensor_view out, int root) { get().scatter(in, out, root); }
+  void send(tensor_view data, int peer, int tag = 0) { get().send(data, peer, tag); }
+  void recv(tensor_view data, int peer, int tag = 0) { get().recv(data, peer, tag); }
+  void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
+    get().sendrecv(out, dest, in, source, tag);
+  }
 
   // The non-blocking forms (communicator.hpp): a work at once, the collective in order.
   work iallreduce(tensor_view data, reduce_op op = reduce_op::sum) {
@@ -81,6 +103,30 @@ class any_communicator {
   work iallgather(tensor_view in, tensor_view out) { return get().iallgather(in, out); }
   work ibroadcast(tensor_view data, int root) { return get().ibroadcast(data, root); }
   work ibarrier() { return get().ibarrier(); }
+  work ialltoall(tensor_view in, tensor_view out) { return get().ialltoall(in, out); }
+  work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                  span<const std::size_t> recv_counts, span<const std::size_t> send_displs = {},
+                  span<const std::size_t> recv_displs = {}) {
+    return get().ialltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
+  }
+  work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                   span<const std::size_t> displs = {}) {
+    return get().iallgatherv(in, out, counts, displs);
+  }
+  work ireduce(tensor_view in, tensor_view out, reduce_op op, int root) {
+    return get().ireduce(in, out, op, root);
+  }
+  work igather(tensor_view in, tensor_view out, int root) { return get().igather(in, out, root); }
+  work iscatter(tensor_view in, tensor_view out, int root) { return get().iscatter(in, out, root); }
+  work isend(tensor_view data, int peer, int tag = 0) { return get().isend(data, peer, tag); }
+  work irecv(tensor_view data, int peer, int tag = 0) { return get().irecv(data, peer, tag); }
+  work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
+    return get().isendrecv(out, dest, in, source, tag);
+  }
+  // Sub-communicators (communicator.hpp): the same backend, strategy and settings.
+  std::optional<any_communicator> split(int color, int key = 0) { return get().split(color, key); }
+  std::optional<any_communicator> subset(span<const int> ranks) { return get().subset(ranks); }
+  any_communicator split_by_node() { return get().split_by_node(); }
   // Waits until every collective started so far has completed.
   void synchronize() { get().synchronize(); }
 
@@ -113,6 +159,34 @@ class any_communicator {
     virtual work iallgather(tensor_view in, tensor_view out) = 0;
     virtual work ibroadcast(tensor_view data, int root) = 0;
     virtual work ibarrier() = 0;
+    virtual void reduce(tensor_view in, tensor_view out, reduce_op op, int root) = 0;
+    virtual void gather(tensor_view in, tensor_view out, int root) = 0;
+    virtual void scatter(tensor_view in, tensor_view out, int root) = 0;
+    virtual void alltoall(tensor_view in, tensor_view out) = 0;
+    virtual work ialltoall(tensor_view in, tensor_view out) = 0;
+    virtual void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                           span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
+                           span<const std::size_t> recv_displs) = 0;
+    virtual work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                            span<const std::size_t> recv_counts,
+                            span<const std::size_t> send_displs,
+                            span<const std::size_t> recv_displs) = 0;
+    virtual void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                            span<const std::size_t> displs) = 0;
+    virtual work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                             span<const std::size_t> displs) = 0;
+    virtual work ireduce(tensor_view in, tensor_view out, reduce_op op, int root) = 0;
+    virtual work igather(tensor_view in, tensor_view out, int root) = 0;
+    virtual work iscatter(tensor_view in, tensor_view out, int root) = 0;
+    virtual std::optional<any_communicator> split(int color, int key) = 0;
+    virtual std::optional<any_communicator> subset(span<const int> ranks) = 0;
+    virtual any_communicator split_by_node() = 0;
+    virtual void send(tensor_view data, int peer, int tag) = 0;
+    virtual void recv(tensor_view data, int peer, int tag) = 0;
+    virtual void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) = 0;
+    virtual work isend(tensor_view data, int peer, int tag) = 0;
+    virtual work irecv(tensor_view data, int peer, int tag) = 0;
+    virtual work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) = 0;
     virtual void synchronize() = 0;
   };
 
@@ -154,6 +228,63 @@ class any_communicator {
     work iallgather(tensor_view in, tensor_view out) override { return comm.iallgather(in, out); }
     work ibroadcast(tensor_view data, int root) override { return comm.ibroadcast(data, root); }
     work ibarrier() override { return comm.ibarrier(); }
+    void reduce(tensor_view in, tensor_view out, reduce_op op, int root) override {
+      comm.reduce(in, out, op, root);
+    }
+    void gather(tensor_view in, tensor_view out, int root) override { comm.gather(in, out, root); }
+    void scatter(tensor_view in, tensor_view out, int root) override {
+      comm.scatter(in, out, root);
+    }
+    void alltoall(tensor_view in, tensor_view out) override { comm.alltoall(in, out); }
+    work ialltoall(tensor_view in, tensor_view out) override { return comm.ialltoall(in, out); }
+    void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                   span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
+                   span<const std::size_t> recv_displs) override {
+      comm.alltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
+    }
+    work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                    span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
+                    span<const std::size_t> recv_displs) override {
+      return comm.ialltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
+    }
+    void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                    span<const std::size_t> displs) override {
+      comm.allgatherv(in, out, counts, displs);
+    }
+    work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                     span<const std::size_t> displs) override {
+      return comm.iallgatherv(in, out, counts, displs);
+    }
+    work ireduce(tensor_view in, tensor_view out, reduce_op op, int root) override {
+      return comm.ireduce(in, out, op, root);
+    }
+    work igather(tensor_view in, tensor_view out, int root) override {
+      return comm.igather(in, out, root);
+    }
+    work iscatter(tensor_view in, tensor_view out, int root) override {
+      return comm.iscatter(in, out, root);
+    }
+    std::optional<any_communicator> split(int color, int key) override {
+      return wrap(comm.split(color, key));
+    }
+    std::optional<any_communicator> subset(span<const int> ranks) override {
+      return wrap(comm.subset(ranks));
+    }
+    any_communicator split_by_node() override { return *wrap(comm.split_by_node()); }
+    static std::optional<any_communicator> wrap(std::optional<Comm> c) {
+      if (!c) return std::nullopt;
+      return any_communicator(std::in_place_type<Comm>, std::move(*c));
+    }
+    void send(tensor_view data, int peer, int tag) override { comm.send(data, peer, tag); }
+    void recv(tensor_view data, int peer, int tag) override { comm.recv(data, peer, tag); }
+    void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) override {
+      comm.sendrecv(out, dest, in, source, tag);
+    }
+    work isend(tensor_view data, int peer, int tag) override { return comm.isend(data, peer, tag); }
+    work irecv(tensor_view data, int peer, int tag) override { return comm.irecv(data, peer, tag); }
+    work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) override {
+      return comm.isendrecv(out, dest, in, source, tag);
+    }
     void synchronize() override { comm.synchronize(); }
     Comm comm;
   };
@@ -169,13 +300,16 @@ class any_communicator {
 // A communicator over `backend` with the strategy named `strategy` (a name or alias of
 // registry/strategies.hpp), behind one type. invalid_argument_error, before anything is sent,
 // when the strategy is unknown or does not run on the backend.
-template <class Backend>
+// Every strategy's communicator is compiled where this is: the built backends and
+// plugin_backend declare an overload of their own, defined once in their library with
+// make_communicator<B>() (their headers), which calls resolve to.
+template <class Backend, class Fusion = fusion::buffer>
 any_communicator make_communicator(Backend backend, const std::string& strategy,
                                    config cfg = config::from_env()) {
   return visit_strategy<Backend>(strategy, [&](auto tag) {
     using S = typename decltype(tag)::type;
-    return any_communicator(std::in_place_type<communicator<Backend, S>>, std::move(backend),
-                            std::move(cfg));
+    return any_communicator(std::in_place_type<communicator<Backend, S, Fusion>>,
+                            std::move(backend), std::move(cfg));
   });
 }
 

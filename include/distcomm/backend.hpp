@@ -51,6 +51,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
@@ -102,6 +103,13 @@ struct has_native_broadcast<B,
     : std::true_type {};
 
 template <class, class = void>
+struct has_native_alltoall : std::false_type {};
+template <class B>
+struct has_native_alltoall<B, std::void_t<decltype(std::declval<B&>().native_alltoall(
+                                  std::declval<const void*>(), std::declval<void*>(), std::size_t{},
+                                  dtype{}, deadline{}))>> : std::true_type {};
+
+template <class, class = void>
 struct has_native_barrier : std::false_type {};
 template <class B>
 struct has_native_barrier<B, std::void_t<decltype(std::declval<B&>().native_barrier(deadline{}))>>
@@ -112,6 +120,16 @@ struct has_send_detached : std::false_type {};
 template <class B>
 struct has_send_detached<B, std::void_t<decltype(std::declval<B&>().send_detached(
                                 std::declval<const void*>(), std::size_t{}, int{}, tag_t{}))>>
+    : std::true_type {};
+
+// `std::optional<B> split(const std::vector<int>& members, const std::string& name)`: the
+// backend can make sub-communicators (communicator.hpp, split and subset).
+template <class, class = void>
+struct has_split : std::false_type {};
+template <class B>
+struct has_split<B,
+                 std::void_t<decltype(std::declval<B&>().split(
+                     std::declval<const std::vector<int>&>(), std::declval<const std::string&>()))>>
     : std::true_type {};
 
 template <class, class = void>

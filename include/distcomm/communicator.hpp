@@ -10,6 +10,10 @@
 // (async/progress.hpp).
 #pragma once
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -29,6 +33,7 @@
 #include "distcomm/core/span.hpp"
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/fusion/buffer.hpp"
+#include "distcomm/group/members.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/strategy/automatic.hpp"
@@ -164,10 +169,153 @@ class communicator {
   void broadcast(tensor_view data, int root) { run(broadcast_call(data, root)); }
   work ibroadcast(tensor_view data, int root) { return post(broadcast_call(data, root)); }
 
+  // `in` and `out` hold size() blocks of the same count: block q of `in` goes to rank q, block q
+  // of `out` comes from rank q.
+  void alltoall(tensor_view in, tensor_view out) { run(alltoall_call(in, out)); }
+  work ialltoall(tensor_view in, tensor_view out) { return post(alltoall_call(in, out)); }
+
+  // Ragged alltoall: send_counts[q] elements of `in` go to rank q, recv_counts[q] elements of
+  // `out` come from it; zeros allowed. Displacements (elements) say where each block starts;
+  // without them the blocks are packed in rank order. Each pair of ranks checks that what one
+  // sends is what the other expects (a mismatch_error naming both otherwise).
+  void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                 span<const std::size_t> recv_counts, span<const std::size_t> send_displs = {},
+                 span<const std::size_t> recv_displs = {}) {
+    run(alltoallv_call(in, send_counts, out, recv_counts, send_displs, recv_displs));
+  }
+  work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                  span<const std::size_t> recv_counts, span<const std::size_t> send_displs = {},
+                  span<const std::size_t> recv_displs = {}) {
+    return post(alltoallv_call(in, send_counts, out, recv_counts, send_displs, recv_displs));
+  }
+
+  // Ragged allgather: rank q's `in` (counts[q] elements, zero allowed) lands in `out` at
+  // displs[q] (packed in rank order without displs). Every rank passes the same counts.
+  void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                  span<const std::size_t> displs = {}) {
+    run(allgatherv_call(in, out, counts, displs));
+  }
+  work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                   span<const std::size_t> displs = {}) {
+    return post(allgatherv_call(in, out, counts, displs));
+  }
+
+  // The root's `out` becomes the reduction of every rank's `in` (in place: in == out). `out`
+  // is not touched on the other ranks (pass an empty view).
+  void reduce(tensor_view in, tensor_view out, reduce_op op, int root) {
+    run(reduce_call(in, out, op, root));
+  }
+  work ireduce(tensor_view in, tensor_view out, reduce_op op, int root) {
+    return post(reduce_call(in, out, op, root));
+  }
+
+  // The root's `out` holds size() blocks of in.count elements, block q from rank q; `out` is not
+  // touched on the other ranks.
+  void gather(tensor_view in, tensor_view out, int root) { run(gather_call(in, out, root)); }
+  work igather(tensor_view in, tensor_view out, int root) {
+    return post(gather_call(in, out, root));
+  }
+
+  // Every rank's `out` becomes block rank() of the root's `in` (size() blocks of out.count
+  // elements); `in` is not read on the other ranks.
+  void scatter(tensor_view in, tensor_view out, int root) { run(scatter_call(in, out, root)); }
+  work iscatter(tensor_view in, tensor_view out, int root) {
+    return post(scatter_call(in, out, root));
+  }
+
+  // Point-to-point messages for users (pipeline parallelism): `data` to or from rank `peer`,
+  // with a tag of the user's (0 <= tag < 2^30) on a tag space no collective uses. Messages of one
+  // sender, receiver and tag match in the order they were sent; a receive whose size differs from
+  // the send is a mismatch_error (no truncation), and each has the communicator's deadline. They
+  // run in order with this communicator's collectives, as on a stream: two ranks that both send
+  // before they receive wait for each other (until the deadline) unless the messages are small;
+  // exchange with sendrecv, which posts both before waiting for either.
+  void send(tensor_view data, int peer, int tag = 0) { run(p2p_call(true, data, peer, tag)); }
+  work isend(tensor_view data, int peer, int tag = 0) {
+    return post(p2p_call(true, data, peer, tag));
+  }
+  void recv(tensor_view data, int peer, int tag = 0) { run(p2p_call(false, data, peer, tag)); }
+  work irecv(tensor_view data, int peer, int tag = 0) {
+    return post(p2p_call(false, data, peer, tag));
+  }
+  void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
+    run(sendrecv_call(out, dest, in, source, tag));
+  }
+  work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
+    return post(sendrecv_call(out, dest, in, source, tag));
+  }
+
+  // The first tag of users' messages; below it, the collectives' own.
+  static constexpr tag_t user_tag_base = tag_t{1} << 30;
+
   // With the mismatch check on, the agreement that precedes every collective is a barrier by
   // itself (no rank leaves it before every rank entered it): nothing more is sent.
   void barrier() { run(barrier_call()); }
   work ibarrier() { return post(barrier_call()); }
+
+  // Sub-communicators, for groups of ranks (Horovod's process sets, torch's new_group,
+  // MPI_Comm_split). Each is a communicator of the same backend, strategy and settings with a
+  // transport context of its own: usable at the same time as this one and its siblings, and
+  // destroyed independently. All are collective over this communicator (every rank calls them,
+  // in the same order with its other collectives); the backend needs split() (backend.hpp).
+  //
+  // The ranks passing the same color form one communicator, ranked by key, then by rank here
+  // (MPI_Comm_split); a negative color joins none and gets nothing.
+  std::optional<communicator> split(int color, int key = 0) {
+    std::int64_t mine[2] = {color < 0 ? -1 : color, key};
+    std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
+    allgather(tensor_view{mine, 2, dtype::i64}, tensor_view{all.data(), all.size(), dtype::i64});
+    std::vector<std::int64_t> colors, keys;
+    for (std::size_t r = 0; r < all.size(); r += 2) {
+      colors.push_back(all[r]);
+      keys.push_back(all[r + 1]);
+    }
+    return make_group(detail::split_members(colors, keys, rank()));
+  }
+
+  // The ranks listed (distinct, every rank passing the same list) form one communicator, rank
+  // ranks[i] becoming its rank i; the others get nothing. A list that differs across ranks is a
+  // mismatch_error on every rank.
+  std::optional<communicator> subset(span<const int> ranks) {
+    std::vector<int> members(ranks.begin(), ranks.end());
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const int r = members[i];
+      if (r < 0 || r >= size() ||
+          std::find(members.begin(), members.begin() + static_cast<std::ptrdiff_t>(i), r) !=
+              members.begin() + static_cast<std::ptrdiff_t>(i)) {
+        throw invalid_argument_error("subset: rank " + std::to_string(r) + " is " +
+                                     (r < 0 || r >= size()
+                                          ? "not a rank (world size " + std::to_string(size()) + ")"
+                                          : std::string("listed twice")));
+      }
+      h = (h ^ static_cast<std::uint64_t>(r)) * 0x100000001b3ull;
+    }
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
+    allgather(tensor_view{&h, 1, dtype::i64}, tensor_view{all.data(), all.size(), dtype::i64});
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r] != h) {
+        throw mismatch_error("subset: rank " + std::to_string(r) + " lists other ranks than rank " +
+                             std::to_string(rank()) + " does");
+      }
+    }
+    if (std::find(members.begin(), members.end(), rank()) == members.end()) members.clear();
+    return make_group(std::move(members));
+  }
+
+  // The ranks on this host (same host name), ranked as here.
+  communicator split_by_node() {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (const char* c = host; *c != '\0'; ++c) {
+      h = (h ^ static_cast<unsigned char>(*c)) * 0x100000001b3ull;
+    }
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
+    allgather(tensor_view{&h, 1, dtype::i64}, tensor_view{all.data(), all.size(), dtype::i64});
+    const auto first = std::find(all.begin(), all.end(), h) - all.begin();
+    return std::move(*split(static_cast<int>(first), rank()));
+  }
 
   // Waits until every collective started so far has completed (their errors stay with their
   // works).
@@ -204,6 +352,7 @@ class communicator {
     std::exception_ptr first_failure;           // set with failure; its type is rethrown
     std::shared_ptr<trace::timeline> timeline;  // DISTCOMM_TIMELINE, else null
     int track = 0;
+    std::uint64_t splits = 0;   // sub-communicators made so far: their names
     detail::progress progress;  // last: stopped (queue run) before the rest goes
   };
 
@@ -294,10 +443,7 @@ class communicator {
 
   auto broadcast_call(tensor_view data, int root) const {
     check_tensor("broadcast buffer", data);
-    if (root < 0 || root >= size()) {
-      throw invalid_argument_error("broadcast: root " + std::to_string(root) +
-                                   " is not a rank (world size " + std::to_string(size()) + ")");
-    }
+    check_root("broadcast", root);
     return make_call(
         "broadcast", fingerprint(check::call_kind::broadcast, data.count, data.type, {}, root),
         [data, root](state& s, deadline until) {
@@ -306,12 +452,200 @@ class communicator {
         });
   }
 
+  auto alltoall_call(tensor_view in, tensor_view out) const {
+    check_tensor("alltoall input", in);
+    check_tensor("alltoall output", out);
+    const std::size_t block = in.count / static_cast<std::size_t>(size());
+    if (in.count % static_cast<std::size_t>(size()) != 0) {
+      throw invalid_argument_error("alltoall: input has " + std::to_string(in.count) +
+                                   " elements, not a multiple of the " + std::to_string(size()) +
+                                   " ranks");
+    }
+    check_pair("alltoall", in, out, in.count, in.count);
+    check_disjoint("alltoall", in, out);
+    return make_call("alltoall", fingerprint(check::call_kind::alltoall, block, in.type),
+                     [in, out, block](state& s, deadline until) {
+                       if (block == 0) return;
+                       s.strategy.alltoall(s.backend, in.data, out.data, block, in.type, until);
+                     });
+  }
+
+  auto alltoallv_call(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                      span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
+                      span<const std::size_t> recv_displs) const {
+    check_tensor("alltoallv input", in);
+    check_tensor("alltoallv output", out);
+    if (in.type != out.type) {
+      throw invalid_argument_error(std::string("alltoallv: input is ") + to_string(in.type) +
+                                   " but output is " + to_string(out.type));
+    }
+    check_disjoint("alltoallv", in, out);
+    std::vector<std::size_t> sc(send_counts.begin(), send_counts.end());
+    std::vector<std::size_t> rc(recv_counts.begin(), recv_counts.end());
+    std::vector<std::size_t> sd = layout_of("alltoallv", "send", sc, send_displs, in.count);
+    std::vector<std::size_t> rd = layout_of("alltoallv", "recv", rc, recv_displs, out.count);
+    const auto me = static_cast<std::size_t>(rank());
+    if (sc[me] != rc[me]) {
+      throw invalid_argument_error("alltoallv: rank " + std::to_string(rank()) + " sends " +
+                                   std::to_string(sc[me]) + " elements to itself but expects " +
+                                   std::to_string(rc[me]));
+    }
+    return make_call("alltoallv", fingerprint(check::call_kind::alltoallv, 0, in.type),
+                     [in, out, sc = std::move(sc), rc = std::move(rc), sd = std::move(sd),
+                      rd = std::move(rd)](state& s, deadline until) {
+                       s.strategy.alltoallv(s.backend, in.data, sc.data(), sd.data(), out.data,
+                                            rc.data(), rd.data(), in.type, until);
+                     });
+  }
+
+  auto allgatherv_call(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                       span<const std::size_t> displs) const {
+    check_tensor("allgatherv input", in);
+    check_tensor("allgatherv output", out);
+    if (in.type != out.type) {
+      throw invalid_argument_error(std::string("allgatherv: input is ") + to_string(in.type) +
+                                   " but output is " + to_string(out.type));
+    }
+    std::vector<std::size_t> c(counts.begin(), counts.end());
+    std::vector<std::size_t> d = layout_of("allgatherv", "", c, displs, out.count);
+    const auto me = static_cast<std::size_t>(rank());
+    if (in.count != c[me]) {
+      throw invalid_argument_error("allgatherv: input has " + std::to_string(in.count) +
+                                   " elements, but counts[" + std::to_string(rank()) + "] is " +
+                                   std::to_string(c[me]));
+    }
+    const auto fp = check::counts_fingerprint(check::call_kind::allgatherv,
+                                              span<const std::size_t>(c.data(), c.size()),
+                                              static_cast<int>(in.type), get().check.settings());
+    return make_call(
+        "allgatherv", fp, [in, out, c = std::move(c), d = std::move(d)](state& s, deadline until) {
+          s.strategy.allgatherv(s.backend, in.data, out.data, c.data(), d.data(), in.type, until);
+        });
+  }
+
+  auto reduce_call(tensor_view in, tensor_view out, reduce_op op, int root) const {
+    check_tensor("reduce input", in);
+    check_op(op);
+    check_root("reduce", root);
+    if (rank() == root) {
+      check_tensor("reduce output", out);
+      check_pair("reduce", in, out, in.count, in.count);
+    }
+    return make_call("reduce", fingerprint(check::call_kind::reduce, in.count, in.type, op, root),
+                     [in, out, op, root](state& s, deadline until) {
+                       if (in.count == 0) return;
+                       s.strategy.reduce(s.backend, in.data, out.data, in.count, in.type, op, root,
+                                         until);
+                     });
+  }
+
+  auto gather_call(tensor_view in, tensor_view out, int root) const {
+    check_tensor("gather input", in);
+    check_root("gather", root);
+    if (rank() == root) {
+      check_tensor("gather output", out);
+      check_pair("gather", in, out, in.count, checked_mul(in.count, "gather"));
+    }
+    return make_call("gather", fingerprint(check::call_kind::gather, in.count, in.type, {}, root),
+                     [in, out, root](state& s, deadline until) {
+                       if (in.count == 0) return;
+                       s.strategy.gather(s.backend, in.data, out.data, in.count, in.type, root,
+                                         until);
+                     });
+  }
+
+  auto scatter_call(tensor_view in, tensor_view out, int root) const {
+    check_tensor("scatter output", out);
+    check_root("scatter", root);
+    if (rank() == root) {
+      check_tensor("scatter input", in);
+      check_pair("scatter", in, out, checked_mul(out.count, "scatter"), out.count);
+    }
+    return make_call(
+        "scatter", fingerprint(check::call_kind::scatter, out.count, out.type, {}, root),
+        [in, out, root](state& s, deadline until) {
+          if (out.count == 0) return;
+          s.strategy.scatter(s.backend, in.data, out.data, out.count, out.type, root, until);
+        });
+  }
+
+  // send or recv, validated: a peer other than this rank, a user tag.
+  auto p2p_call(bool sending, tensor_view data, int peer, int tag) const {
+    const char* what = sending ? "send" : "recv";
+    check_tensor(sending ? "send buffer" : "recv buffer", data);
+    check_peer(what, peer, tag);
+    const tag_t t = user_tag_base + static_cast<tag_t>(tag);
+    auto fp = fingerprint(check::call_kind::point_to_point, data.count, data.type);
+    return make_call(what, fp, [data, peer, t, sending](state& s, deadline until) {
+      if (data.count == 0) return;
+      if (sending) {
+        s.backend.isend(data.data, data.bytes(), peer, t).wait(until);
+      } else {
+        s.backend.irecv(data.data, data.bytes(), peer, t).wait(until);
+      }
+    });
+  }
+
+  auto sendrecv_call(tensor_view out, int dest, tensor_view in, int source, int tag) const {
+    check_tensor("sendrecv send buffer", out);
+    check_tensor("sendrecv recv buffer", in);
+    check_peer("sendrecv", dest, tag);
+    check_peer("sendrecv", source, tag);
+    const tag_t t = user_tag_base + static_cast<tag_t>(tag);
+    auto fp = fingerprint(check::call_kind::point_to_point, out.count, out.type);
+    return make_call("sendrecv", fp, [out, dest, in, source, t](state& s, deadline until) {
+      std::optional<typename Backend::request> r, w;
+      if (in.count != 0) r.emplace(s.backend.irecv(in.data, in.bytes(), source, t));
+      if (out.count != 0) w.emplace(s.backend.isend(out.data, out.bytes(), dest, t));
+      if (r) r->wait(until);
+      if (w) w->wait(until);
+    });
+  }
+
+  void check_peer(const char* what, int peer, int tag) const {
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      throw invalid_argument_error(
+          std::string(what) + ": peer " + std::to_string(peer) +
+          (peer == rank() ? " is this rank (copy the data instead)"
+                          : " is not a rank (world size " + std::to_string(size()) + ")"));
+    }
+    if (tag < 0 || static_cast<tag_t>(tag) >= user_tag_base) {
+      throw invalid_argument_error(std::string(what) + ": tag " + std::to_string(tag) +
+                                   " is outside the users' tags, 0 to 2^30 - 1");
+    }
+  }
+
   auto barrier_call() const {
     return make_call("barrier", fingerprint(check::call_kind::barrier),
                      [](state& s, deadline until) {
                        if (!s.check.exchanges(s.backend.size()))
                          s.strategy.barrier(s.backend, until);
                      });
+  }
+
+  // The sub-communicator of `members` (empty: none for this rank), made by the backend in order
+  // with this communicator's collectives.
+  std::optional<communicator> make_group(std::vector<int> members) {
+    state& s = get("split");
+    if constexpr (!detail::has_split<Backend>::value) {
+      throw invalid_argument_error(std::string("split: backend '") + backend_name() +
+                                   "' cannot make sub-communicators (it has no split())");
+    } else {
+      const std::string name = std::to_string(s.splits++) + "." +
+                               (members.empty() ? std::string("none") : std::to_string(members[0]));
+      std::optional<Backend> child;
+      s.progress.run("split", [&] {
+        if (s.first_failure) {
+          rethrow_failure(s,
+                          "split: this communicator is unusable since an earlier collective "
+                          "failed: " +
+                              s.failure);
+        }
+        child = s.backend.split(members, name);
+      });
+      if (!child) return std::nullopt;
+      return communicator(std::move(*child), s.cfg);
+    }
   }
 
   state& get(const char* what = "communicator") const {
@@ -349,7 +683,9 @@ class communicator {
     const deadline until = deadline_after(s.cfg.timeout);
     const span_on_exit traced{s, what, fp};
     try {
-      s.check.agree(s.backend, fp, what, until);
+      if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
+        s.check.agree(s.backend, fp, what, until);
+      }
     } catch (const mismatch_error& e) {
       // A departure: unusable from now on, but nothing to abort. The ranks still here learn it
       // from the same exchange, and an abort could close a connection before this rank's last
@@ -364,6 +700,8 @@ class communicator {
       body(s, until);
     } catch (const invalid_argument_error&) {
       throw;  // a bad call on this rank leaves the transport untouched
+    } catch (const strategy::detail::agreed_mismatch_error&) {
+      throw;  // every rank raised it after the same exchange, nothing moved (alltoallv's counts)
     } catch (const std::exception& e) {
       fail(s, what, e);
       throw;
@@ -462,6 +800,56 @@ class communicator {
       throw invalid_argument_error(std::string(what) + ": output has " + std::to_string(out.count) +
                                    " elements, expected " + std::to_string(out_count));
     }
+  }
+
+  // alltoall(v) reads blocks of `in` while others already land in `out`: no in-place form.
+  static void check_disjoint(const char* what, const tensor_view& in, const tensor_view& out) {
+    const auto a = reinterpret_cast<std::uintptr_t>(in.data);
+    const auto b = reinterpret_cast<std::uintptr_t>(out.data);
+    if (a != 0 && b != 0 && in.bytes() != 0 && out.bytes() != 0 && a < b + out.bytes() &&
+        b < a + in.bytes()) {
+      throw invalid_argument_error(std::string(what) +
+                                   ": input and output overlap; it has no in-place form, use "
+                                   "another output buffer");
+    }
+  }
+
+  void check_root(const char* what, int root) const {
+    if (root < 0 || root >= size()) {
+      throw invalid_argument_error(std::string(what) + ": root " + std::to_string(root) +
+                                   " is not a rank (world size " + std::to_string(size()) + ")");
+    }
+  }
+
+  // The displacements of `counts` (one per rank) in a buffer of `capacity` elements: `displs`
+  // as given, or the blocks packed in rank order without them. Each block must fit.
+  std::vector<std::size_t> layout_of(const char* what, const char* side,
+                                     const std::vector<std::size_t>& counts,
+                                     span<const std::size_t> displs, std::size_t capacity) const {
+    const std::string name = std::string(what) + ": " + side + (*side ? "_" : "");
+    const auto p = static_cast<std::size_t>(size());
+    if (counts.size() != p) {
+      throw invalid_argument_error(name + "counts has " + std::to_string(counts.size()) +
+                                   " entries, expected one per rank (" + std::to_string(p) + ")");
+    }
+    if (!displs.empty() && displs.size() != p) {
+      throw invalid_argument_error(name + "displs has " + std::to_string(displs.size()) +
+                                   " entries, expected none or one per rank (" + std::to_string(p) +
+                                   ")");
+    }
+    std::vector<std::size_t> d(p);
+    std::size_t next = 0;
+    for (std::size_t q = 0; q < p; ++q) {
+      d[q] = displs.empty() ? next : displs[q];
+      if (counts[q] > capacity || d[q] > capacity - counts[q]) {
+        throw invalid_argument_error(name + "counts[" + std::to_string(q) +
+                                     "] = " + std::to_string(counts[q]) + " elements at " +
+                                     std::to_string(d[q]) + " do not fit in the buffer of " +
+                                     std::to_string(capacity) + " elements");
+      }
+      next = d[q] + counts[q];
+    }
+    return d;
   }
 
   std::size_t checked_mul(std::size_t count, const char* what) const {

@@ -62,6 +62,20 @@ const char* to_string(call_kind k) noexcept {
       return "broadcast";
     case call_kind::barrier:
       return "barrier";
+    case call_kind::alltoall:
+      return "alltoall";
+    case call_kind::alltoallv:
+      return "alltoallv";
+    case call_kind::allgatherv:
+      return "allgatherv";
+    case call_kind::reduce:
+      return "reduce";
+    case call_kind::gather:
+      return "gather";
+    case call_kind::scatter:
+      return "scatter";
+    case call_kind::point_to_point:
+      return "send/recv";
     case call_kind::left:
       return "(left the job)";
   }
@@ -109,6 +123,20 @@ call_fingerprint grouped_fingerprint(span<const tensor_view> tensors, int op,
   f.tensors_hash = h;
   f.fusion_threshold = s.fusion_threshold;
   f.fusion_cutoff = s.fusion_cutoff;
+  return f;
+}
+
+call_fingerprint counts_fingerprint(call_kind kind, span<const std::size_t> counts, int type,
+                                    const call_settings& s) {
+  call_fingerprint f = make_fingerprint(kind, s, 0, type);
+  std::uint64_t h = fnv_basis;
+  for (const std::size_t c : counts) {
+    const std::uint64_t count = c;
+    h = fnv(h, &count, sizeof count);
+    f.count += count;
+  }
+  f.tensors = static_cast<std::uint32_t>(counts.size());
+  f.tensors_hash = h;
   return f;
 }
 
@@ -198,8 +226,10 @@ std::string describe_mismatch(const char* what, const agreement& a, const call_f
     d = differs("the dtype", lo, dtype_name(lo.type), hi, dtype_name(hi.type));
   } else if (lo.count != hi.count) {
     const bool grouped = lo.kind == static_cast<std::uint32_t>(call_kind::grouped_allreduce);
-    d = differs(grouped ? "the total element count of the tensors" : "the element count", lo,
-                std::to_string(lo.count), hi, std::to_string(hi.count));
+    d = differs(grouped                ? "the total element count of the tensors"
+                : lo.tensors_hash != 0 ? "the total of the per-rank counts"
+                                       : "the element count",
+                lo, std::to_string(lo.count), hi, std::to_string(hi.count));
   } else if (lo.op != hi.op) {
     d = differs("the reduce op", lo, op_name(lo.op), hi, op_name(hi.op));
   } else if (lo.root != hi.root) {
@@ -208,6 +238,9 @@ std::string describe_mismatch(const char* what, const agreement& a, const call_f
   } else if (lo.tensors != hi.tensors) {
     d = differs("the number of tensors", lo, std::to_string(lo.tensors), hi,
                 std::to_string(hi.tensors));
+  } else if (lo.tensors_hash != hi.tensors_hash &&
+             lo.kind != static_cast<std::uint32_t>(call_kind::grouped_allreduce)) {
+    d = "the per-rank counts differ (same total): " + rank_name(lo) + " and " + rank_name(hi);
   } else if (lo.tensors_hash != hi.tensors_hash) {
     d = "the tensors' counts and dtypes, in order, differ (same number of tensors and elements, "
         "another order or other dtypes): " +

@@ -1,18 +1,14 @@
-// distcomm::init(): the registries' names turned into a typed communicator, once, here; every
-// backend x strategy pair the build allows is instantiated in this file and nowhere else.
+// distcomm::init(): the registries' names turned into a communicator, through the
+// make_communicator() overload of each backend's library (where its communicators are compiled).
 #include "distcomm/init.hpp"
 
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "distcomm/log.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/world.hpp"
-#if DISTCOMM_BUILT_NCCL
-#include "distcomm/cuda/fusion.hpp"
-#endif
 
 namespace distcomm {
 
@@ -30,18 +26,6 @@ std::string strategy_of(const init_options& o, const config& cfg) {
   if (!o.strategy.empty()) return find_strategy(o.strategy).name;
   return cfg.strategy.empty() ? std::string("auto") : cfg.strategy;
 }
-
-// Grouped allreduces pack host tensors with fusion::buffer, device tensors with cuda::fusion.
-template <class B>
-struct fusion_for {
-  using type = fusion::buffer;
-};
-#if DISTCOMM_BUILT_NCCL
-template <>
-struct fusion_for<nccl_backend> {
-  using type = cuda::fusion;
-};
-#endif
 
 }  // namespace
 
@@ -61,17 +45,15 @@ any_communicator init(const init_options& options) {
   return visit_backend(backend, cfg, [&](auto make) {
     using B = decltype(make());
     // The strategy is checked against the backend before make() connects anything.
-    return visit_strategy<B>(strategy, [&](auto tag) {
-      using S = typename decltype(tag)::type;
-      any_communicator comm(std::in_place_type<communicator<B, S, typename fusion_for<B>::type>>,
-                            make(), cfg);
-      if (log_enabled(log_level::info)) {
-        log(log_level::info, "init: rank " + std::to_string(comm.rank()) + "/" +
-                                 std::to_string(comm.size()) + ", backend " + backend +
-                                 ", strategy " + strategy);
-      }
-      return comm;
-    });
+    visit_strategy<B>(strategy, [](auto) { return true; });
+    // The overload of B's own library: each communicator is compiled there, once.
+    any_communicator comm = make_communicator(make(), strategy, cfg);
+    if (log_enabled(log_level::info)) {
+      log(log_level::info, "init: rank " + std::to_string(comm.rank()) + "/" +
+                               std::to_string(comm.size()) + ", backend " + backend +
+                               ", strategy " + strategy);
+    }
+    return comm;
   });
 }
 

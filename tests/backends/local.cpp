@@ -38,5 +38,6 @@ struct local_env {
 
 TYPE_TO_STRING_AS("local np2", local_env<2>);
 TYPE_TO_STRING_AS("local np3", local_env<3>);
-#define DISTCOMM_SUITE_ENVS local_env<2>, local_env<3>
+TYPE_TO_STRING_AS("local np4", local_env<4>);
+#define DISTCOMM_SUITE_ENVS local_env<2>, local_env<3>, local_env<4>
 #include "suite.hpp"

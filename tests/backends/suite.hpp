@@ -9,6 +9,8 @@
 #include "async.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
+#include "exchange.hpp"
+#include "groups.hpp"
 #include "mismatch.hpp"
 #include "overflow.hpp"
 #include "p2p.hpp"
@@ -30,6 +32,8 @@ TEST_CASE_TEMPLATE_INVOKE(backend_suite_automatic, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_grouped, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_native_vs_ring, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_collectives, DISTCOMM_SUITE_ENVS);
+TEST_CASE_TEMPLATE_INVOKE(backend_suite_exchange, DISTCOMM_SUITE_ENVS);
+TEST_CASE_TEMPLATE_INVOKE(backend_suite_groups, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_deterministic, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_overflow, DISTCOMM_SUITE_ENVS);
 TEST_CASE_TEMPLATE_INVOKE(backend_suite_async, DISTCOMM_SUITE_ENVS);

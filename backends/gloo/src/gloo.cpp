@@ -22,7 +22,9 @@
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/group/members.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
+#include "distcomm/rendezvous/prefix_store.hpp"
 #include "gloo_p2p.hpp"
 #include "gloo_store.hpp"
 
@@ -75,6 +77,23 @@ std::string default_hostname(const gloo_options& opts) {
 
 }  // namespace
 
+std::optional<gloo_backend> gloo_backend::split(const std::vector<int>& members,
+                                                const std::string& name) {
+  if (members.empty()) return std::nullopt;
+  const int me = detail::position_in(members, rank_, "gloo");
+  gloo_options o = state_->opts;
+  o.prefix.clear();  // a fresh counter under the sub-group's keys
+  std::shared_ptr<store> kv = state_->kv.lock();
+  if (!kv && members.size() > 1) {
+    throw invalid_argument_error(
+        "gloo: split: the store this backend was made over is gone "
+        "(keep it, or the job of shared_bootstrap(), alive)");
+  }
+  return gloo_backend(
+      kv ? std::make_shared<prefix_store>(state_->prefix + "/split/" + name, kv) : nullptr, me,
+      static_cast<int>(members.size()), o);
+}
+
 gloo_backend::gloo_backend(const job& j, gloo_options opts)
     : gloo_backend(j.kv, j.world.rank, j.world.size, [&] {
         opts.single_node = j.world.single_node();
@@ -104,6 +123,9 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
     const auto n = kv->add("distcomm/gloo/count/" + std::to_string(rank), 1);
     prefix = "distcomm/gloo/" + std::to_string(n);
   }
+  state_->prefix = prefix;
+  state_->opts = opts;
+  state_->opts.timeout = timeout;
 
   gloo::transport::tcp::attr attr;
   const std::string host = default_hostname(opts);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/backends/gloo.hpp"
 #include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm::detail {
@@ -165,6 +166,9 @@ struct gloo_state {
 
   int rank = 0;
   int size = 1;
+  // What split() needs to connect a sub-group: this backend's keys and its options.
+  std::string prefix;
+  gloo_options opts;
   std::chrono::duration<double> timeout{300.0};
   std::mutex mutex;  // the matching state below; taken before failure_mutex, never after
   std::map<std::pair<int, tag_t>, gloo_channel> channels;

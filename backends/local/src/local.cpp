@@ -6,13 +6,18 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/partition.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/group/members.hpp"
 
 namespace distcomm {
 namespace detail {
@@ -65,7 +70,12 @@ struct local_world_state {
   }
 
   int size;
-  std::vector<std::unique_ptr<mailbox>> boxes;        // by destination rank
+  std::vector<std::unique_ptr<mailbox>> boxes;  // by destination rank
+
+  // Sub-worlds being made by split(): the first member to arrive makes it, the last one to take
+  // it removes the entry.
+  std::mutex split_mu;
+  std::map<std::string, std::pair<std::shared_ptr<local_world_state>, int>> splits;
   std::vector<std::unique_ptr<rank_signal>> signals;  // by owner rank
 
   std::atomic<bool> aborted{false};
@@ -464,6 +474,24 @@ void local_backend::native_broadcast(void* data, std::size_t count, dtype t, int
 void local_backend::native_barrier(deadline until) { sync("native barrier", until); }
 
 // ---- local_world -----------------------------------------------------------------------------
+
+std::optional<local_backend> local_backend::split(const std::vector<int>& members,
+                                                  const std::string& name) {
+  if (members.empty()) return std::nullopt;
+  const int me = detail::position_in(members, rank_, "local");
+  std::shared_ptr<detail::local_world_state> child;
+  {
+    const std::lock_guard<std::mutex> lock(world_->split_mu);
+    auto& entry = world_->splits[name];
+    if (!entry.first) {
+      entry.first = std::make_shared<detail::local_world_state>(static_cast<int>(members.size()));
+      entry.second = static_cast<int>(members.size());
+    }
+    child = entry.first;
+    if (--entry.second == 0) world_->splits.erase(name);
+  }
+  return local_backend(std::move(child), me);
+}
 
 local_world::local_world(int size) {
   if (size < 1) {

@@ -11,6 +11,7 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
+#include "distcomm/group/members.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "mpi_state.hpp"
@@ -516,6 +517,22 @@ mpi_backend::mpi_backend(MPI_Comm comm, ownership kind) {
   } else {
     state_ = std::make_shared<detail::mpi_state>(comm, false);
   }
+}
+
+std::optional<mpi_backend> mpi_backend::split(const std::vector<int>& members,
+                                              const std::string& /*name*/) {
+  // The smallest member names the group (groups are disjoint); the key is the new rank.
+  const int color =
+      members.empty() ? MPI_UNDEFINED : *std::min_element(members.begin(), members.end());
+  const int key = members.empty() ? 0 : detail::position_in(members, rank(), "mpi");
+  MPI_Comm child = MPI_COMM_NULL;
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    state_->check_aborted();
+    detail::mpi_check(MPI_Comm_split(state_->comm, color, key, &child), "MPI_Comm_split");
+  }
+  if (child == MPI_COMM_NULL) return std::nullopt;
+  return mpi_backend(std::make_shared<detail::mpi_state>(child, true));
 }
 
 int mpi_backend::rank() const noexcept { return state_ ? state_->rank : 0; }

@@ -175,6 +175,22 @@ void mpi_backend::native_allgather(const void* in, void* out, std::size_t send_c
   finish(s, req, "allgather", bytes, until);
 }
 
+void mpi_backend::native_alltoall(const void* in, void* out, std::size_t block_count, dtype t,
+                                  deadline until) {
+  detail::mpi_state& s = *state_;
+  s.check_aborted();
+  const int n = checked_count(block_count, "alltoall");
+  checked_count(block_count * static_cast<std::size_t>(s.size), "alltoall");
+  if (n == 0) return;
+  MPI_Request req = MPI_REQUEST_NULL;
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_check(MPI_Ialltoall(in, n, mpi_type(t), out, n, mpi_type(t), s.comm, &req),
+                      "MPI_Ialltoall");
+  }
+  finish(s, req, "alltoall", block_count * dtype_size(t), until);
+}
+
 void mpi_backend::native_broadcast(void* data, std::size_t count, dtype t, int root,
                                    deadline until) {
   detail::mpi_state& s = *state_;

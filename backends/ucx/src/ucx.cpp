@@ -22,6 +22,8 @@
 
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/group/members.hpp"
+#include "distcomm/rendezvous/prefix_store.hpp"
 
 namespace distcomm {
 namespace detail {
@@ -678,6 +680,16 @@ ucx_backend::ucx_backend(store& kv, int rank, int size,
   state_->size = size;
   state_->timeout = timeout ? *timeout : config::from_env().timeout;
   state_->connect();
+}
+
+std::optional<ucx_backend> ucx_backend::split(const std::vector<int>& members,
+                                              const std::string& name) {
+  if (members.empty()) return std::nullopt;
+  job j;
+  j.world.rank = detail::position_in(members, rank_, "ucx");
+  j.world.size = static_cast<int>(members.size());
+  j.kv = std::make_shared<prefix_store>(state_->prefix + "split/" + name, state_->kv);
+  return ucx_backend(j, state_->timeout);
 }
 
 ucx_backend::ucx_backend(const job& j, std::optional<std::chrono::duration<double>> timeout)

@@ -23,6 +23,13 @@ enum class call_kind : std::uint32_t {
   allgather,
   broadcast,
   barrier,
+  alltoall,
+  alltoallv,
+  allgatherv,
+  reduce,
+  gather,
+  scatter,
+  point_to_point,  // send / recv: no agreement (only two ranks take part)
   left = 0xffff,
 };
 
@@ -66,6 +73,10 @@ call_fingerprint make_fingerprint(call_kind kind, const call_settings& s, std::s
 // order, plus the fusion settings (they decide which collectives run).
 call_fingerprint grouped_fingerprint(span<const tensor_view> tensors, int op,
                                      const call_settings& s);
+// A collective with one count per rank that every rank passes alike (allgatherv): their number,
+// total and a hash of them in order.
+call_fingerprint counts_fingerprint(call_kind kind, span<const std::size_t> counts, int type,
+                                    const call_settings& s);
 
 // Total order on everything but `rank`; equal means the ranks agree.
 int compare(const call_fingerprint& a, const call_fingerprint& b) noexcept;

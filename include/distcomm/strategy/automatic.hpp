@@ -88,6 +88,16 @@ class automatic : public p2p_base {
     }
   }
 
+  // The backend's own alltoall where it has one (MPI_Alltoall), else Bruck or pairwise.
+  template <class B>
+  void alltoall(B& b, const void* in, void* out, std::size_t block_count, dtype t, deadline until) {
+    if constexpr (distcomm::detail::has_native_alltoall<B>::value) {
+      native_.alltoall(b, in, out, block_count, t, until);
+    } else {
+      p2p_base::alltoall(b, in, out, block_count, t, until);
+    }
+  }
+
   template <class B>
   const algo_table& table() {
     if (!resolved_) {

@@ -33,6 +33,12 @@ enum tags : tag_t {
   tag_barrier = 8,
   tag_ordered = 9,
   tag_recursive_doubling = 10,
+  tag_alltoall = 11,
+  tag_alltoall_counts = 12,
+  tag_bruck = 13,
+  tag_gather = 14,
+  tag_scatter = 15,
+  tag_allgatherv = 16,
 };
 
 // A grow-only, 64-byte aligned buffer owned by a strategy or fusion object and reused across

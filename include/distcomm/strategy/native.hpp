@@ -80,6 +80,44 @@ class native {
   }
 
   template <class B>
+  void alltoall(B& b, const void* in, void* out, std::size_t block_count, dtype t, deadline until) {
+    if constexpr (distcomm::detail::has_native_alltoall<B>::value) {
+      b.native_alltoall(in, out, block_count, t, until);
+    } else {
+      fallback_.alltoall(b, in, out, block_count, t, until);  // pairwise runs on device memory
+    }
+  }
+
+  // Collectives no backend offers natively yet: the point-to-point ones (which refuse device
+  // memory where they cannot run on it).
+  template <class B>
+  void alltoallv(B& b, const void* in, const std::size_t* send_counts,
+                 const std::size_t* send_displs, void* out, const std::size_t* recv_counts,
+                 const std::size_t* recv_displs, dtype t, deadline until) {
+    fallback_.alltoallv(b, in, send_counts, send_displs, out, recv_counts, recv_displs, t, until);
+  }
+  template <class B>
+  void allgatherv(B& b, const void* in, void* out, const std::size_t* counts,
+                  const std::size_t* displs, dtype t, deadline until) {
+    fallback_.allgatherv(b, in, out, counts, displs, t, until);
+  }
+  template <class B>
+  void gather(B& b, const void* in, void* out, std::size_t count, dtype t, int root,
+              deadline until) {
+    fallback_.gather(b, in, out, count, t, root, until);
+  }
+  template <class B>
+  void scatter(B& b, const void* in, void* out, std::size_t count, dtype t, int root,
+               deadline until) {
+    fallback_.scatter(b, in, out, count, t, root, until);
+  }
+  template <class B>
+  void reduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op, int root,
+              deadline until) {
+    fallback_.reduce(b, in, out, count, t, op, root, until);
+  }
+
+  template <class B>
   void barrier(B& b, deadline until) {
     if constexpr (distcomm::detail::has_native_barrier<B>::value) {
       b.native_barrier(until);

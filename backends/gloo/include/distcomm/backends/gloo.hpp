@@ -10,8 +10,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
@@ -114,11 +116,24 @@ class gloo_backend {
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_barrier(deadline until);
 
+  // A backend over `members` (ranks of this one, in their new rank order; this rank among
+  // them) with its own transport context, independent of this one: split() and subset() of
+  // communicator.hpp. `name` is the same on each member and unique among this backend's splits.
+  // An empty `members` (this rank joins no group) gives nothing.
+  // Connects the members anew, under this backend's keys in the store.
+  std::optional<gloo_backend> split(const std::vector<int>& members, const std::string& name);
+
  private:
   gloo_request send(const void* data, std::size_t bytes, int peer, tag_t tag, bool notice);
   std::shared_ptr<detail::gloo_state> state_;
   int rank_ = 0;
   int size_ = 1;
 };
+
+class any_communicator;
+// make_communicator() (any_communicator.hpp) over this backend: every strategy's
+// communicator compiled once, in DistComm::gloo, not in each program that calls it.
+any_communicator make_communicator(gloo_backend backend, const std::string& strategy,
+                                   config cfg = config::from_env());
 
 }  // namespace distcomm

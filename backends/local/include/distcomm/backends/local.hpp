@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
 
@@ -82,6 +84,12 @@ class local_backend {
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_barrier(deadline until);
 
+  // A backend over `members` (ranks of this one, in their new rank order; this rank among
+  // them) with its own transport context, independent of this one: split() and subset() of
+  // communicator.hpp. `name` is the same on each member and unique among this backend's splits.
+  // An empty `members` (this rank joins no group) gives nothing.
+  std::optional<local_backend> split(const std::vector<int>& members, const std::string& name);
+
  private:
   friend class local_world;
   local_backend(std::shared_ptr<detail::local_world_state> world, int rank) noexcept
@@ -113,5 +121,11 @@ class local_world {
  private:
   std::shared_ptr<detail::local_world_state> state_;
 };
+
+class any_communicator;
+// make_communicator() (any_communicator.hpp) over this backend: every strategy's
+// communicator compiled once, in DistComm::local, not in each program that calls it.
+any_communicator make_communicator(local_backend backend, const std::string& strategy,
+                                   config cfg = config::from_env());
 
 }  // namespace distcomm

@@ -12,10 +12,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
 
@@ -152,10 +155,29 @@ class mpi_backend {
                              reduce_op op, deadline until);
   void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
+  void native_alltoall(const void* in, void* out, std::size_t block_count, dtype t, deadline until);
   void native_barrier(deadline until);
 
+  // A backend over `members` (ranks of this one, in their new rank order; this rank among
+  // them) with its own transport context, independent of this one: split() and subset() of
+  // communicator.hpp. `name` is the same on each member and unique among this backend's splits.
+  // An empty `members` (this rank joins no group) gives nothing.
+  // MPI_Comm_split: collective over every rank of this backend, including those that join no
+  // group (they pass no members). MPI_Comm_split has no deadline: split() calls it only after
+  // every rank has agreed on the groups through this backend (communicator.hpp), so every rank
+  // is already there.
+  std::optional<mpi_backend> split(const std::vector<int>& members, const std::string& name);
+
  private:
+  explicit mpi_backend(std::shared_ptr<detail::mpi_state> state) noexcept
+      : state_(std::move(state)) {}
   std::shared_ptr<detail::mpi_state> state_;
 };
+
+class any_communicator;
+// make_communicator() (any_communicator.hpp) over this backend: every strategy's
+// communicator compiled once, in DistComm::mpi, not in each program that calls it.
+any_communicator make_communicator(mpi_backend backend, const std::string& strategy,
+                                   config cfg = config::from_env());
 
 }  // namespace distcomm

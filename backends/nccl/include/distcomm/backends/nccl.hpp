@@ -26,6 +26,7 @@
 #include <string>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
@@ -181,5 +182,12 @@ class nccl_backend {
  private:
   std::shared_ptr<detail::nccl_state> state_;
 };
+
+class any_communicator;
+// make_communicator() (any_communicator.hpp) over this backend with cuda::fusion for grouped calls:
+// every strategy's communicator compiled once, in DistComm::nccl, not in each program that calls
+// it.
+any_communicator make_communicator(nccl_backend backend, const std::string& strategy,
+                                   config cfg = config::from_env());
 
 }  // namespace distcomm

@@ -52,8 +52,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/store.hpp"
 
@@ -139,6 +141,13 @@ class ucx_backend {
   // endpoints.
   void abort(const std::string& reason) noexcept;
 
+  // A backend over `members` (ranks of this one, in their new rank order; this rank among
+  // them) with its own transport context, independent of this one: split() and subset() of
+  // communicator.hpp. `name` is the same on each member and unique among this backend's splits.
+  // An empty `members` (this rank joins no group) gives nothing.
+  // Connects the members anew (a UCP context and worker of their own), under this backend's keys.
+  std::optional<ucx_backend> split(const std::vector<int>& members, const std::string& name);
+
  private:
   void check_peer(const char* what, int peer) const;
 
@@ -146,5 +155,11 @@ class ucx_backend {
   int rank_ = 0;
   int size_ = 1;
 };
+
+class any_communicator;
+// make_communicator() (any_communicator.hpp) over this backend: every strategy's
+// communicator compiled once, in DistComm::ucx, not in each program that calls it.
+any_communicator make_communicator(ucx_backend backend, const std::string& strategy,
+                                   config cfg = config::from_env());
 
 }  // namespace distcomm

@@ -133,4 +133,10 @@ class plugin_backend {
   int size_ = 1;
 };
 
+class any_communicator;
+// make_communicator() (any_communicator.hpp) over this backend: every strategy's
+// communicator compiled once, in DistComm::plugin, not in each program that calls it.
+any_communicator make_communicator(plugin_backend backend, const std::string& strategy,
+                                   config cfg = config::from_env());
+
 }  // namespace distcomm
