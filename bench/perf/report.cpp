@@ -35,7 +35,10 @@ void print_block(const measurement& m) {
   }
 }
 
-bool has_ratio(const row& r) { return r.in_place.ran && r.peer.ran && r.peer.busbw > 0; }
+// The column the peer's is compared with: in place, as the peers' allreduce runs; out of place
+// where DistComm has only that form (alltoall, like MPI_Alltoall here).
+const measurement& compared(const row& r) { return r.in_place.ran ? r.in_place : r.out_of_place; }
+bool has_ratio(const row& r) { return compared(r).ran && r.peer.ran && r.peer.busbw > 0; }
 
 nlohmann::json to_json(const measurement& m) {
   if (!m.ran) return nullptr;
@@ -120,7 +123,10 @@ void report::header() {
       "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
       "          ",
       "", "", "", "", "");
-  if (peer) std::printf("%s", centered("peer " + info_.peer + ", in-place").c_str());
+  if (peer) {
+    const char* form = o_.coll == collective::alltoall ? ", out-of-place" : ", in-place";
+    std::printf("%s", centered("peer " + info_.peer + form).c_str());
+  }
   std::printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",
               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
               "busbw", "#wrong");
@@ -158,7 +164,7 @@ void report::add(const row& r) {
   if (!info_.peer.empty()) {
     print_block(r.peer);
     if (has_ratio(r)) {
-      std::printf("  %6.2f", r.in_place.busbw / r.peer.busbw);
+      std::printf("  %6.2f", compared(r).busbw / r.peer.busbw);
     } else {
       std::printf("  %6s", "N/A");
     }
@@ -238,7 +244,7 @@ void report::write_json() const {
     if (!info_.peer.empty()) {
       e["peer"] = to_json(r.peer);
       e["ratio"] =
-          has_ratio(r) ? nlohmann::json(r.in_place.busbw / r.peer.busbw) : nlohmann::json(nullptr);
+          has_ratio(r) ? nlohmann::json(compared(r).busbw / r.peer.busbw) : nlohmann::json(nullptr);
     }
     j["results"].push_back(std::move(e));
   }
@@ -284,7 +290,7 @@ void report::write_csv() const {
         << csv_cells(r.out_of_place) << "," << csv_cells(r.in_place);
       if (!info_.peer.empty()) {
         f << "," << info_.peer << "," << csv_cells(r.peer) << ",";
-        if (has_ratio(r)) f << r.in_place.busbw / r.peer.busbw;
+        if (has_ratio(r)) f << compared(r).busbw / r.peer.busbw;
       }
       f << "\n";
     }
