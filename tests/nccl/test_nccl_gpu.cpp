@@ -427,6 +427,35 @@ TEST_CASE("strategy parameter_server on the NCCL backend") {
   one_rank_strategy<dc::strategy::parameter_server>();
 }
 
+// split (ncclCommSplit) and alltoall (pairwise over NCCL's send/receive) on one rank: a child of
+// one rank that reduces on its own, and an alltoall that is a copy.
+TEST_CASE("split and alltoall on the NCCL backend") {
+  dc::hash_store kv(std::chrono::seconds(30));
+  dc::config c;
+  c.timeout = std::chrono::seconds(60);
+  dc::communicator<dc::nccl_backend, dc::strategy::native, dc::cuda::fusion> comm(
+      dc::nccl_backend(kv, 0, 1, 0, std::chrono::seconds(60)), c);
+  auto child = comm.split(0);
+  REQUIRE(child);
+  CHECK(child->size() == 1);
+  CHECK(child->rank() == 0);
+  CHECK_FALSE(comm.split(-1).has_value());
+  constexpr std::size_t n = 1001;
+  const auto a = values(dc::dtype::f32, n, 3);
+  device_bytes din(n * 4), dout(n * 4);
+  cuda_ok(cudaMemcpy(din.at(0), a.data(), n * 4, cudaMemcpyHostToDevice));
+  dc::tensor_view in{din.at(0), n, dc::dtype::f32, dc::memory_kind::cuda, 0};
+  dc::tensor_view out{dout.at(0), n, dc::dtype::f32, dc::memory_kind::cuda, 0};
+  child->allreduce(in, out);
+  std::vector<unsigned char> back(n * 4);
+  cuda_ok(cudaMemcpy(back.data(), dout.at(0), n * 4, cudaMemcpyDeviceToHost));
+  CHECK(back == a);
+  cuda_ok(cudaMemset(dout.at(0), 0, n * 4));
+  comm.alltoall(in, out);
+  cuda_ok(cudaMemcpy(back.data(), dout.at(0), n * 4, cudaMemcpyDeviceToHost));
+  CHECK(back == a);
+}
+
 int main(int argc, char** argv) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);

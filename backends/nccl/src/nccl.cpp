@@ -1,5 +1,6 @@
 #include "distcomm/backends/nccl.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/cuda/kernels.hpp"
+#include "distcomm/group/members.hpp"
 #include "errors.hpp"
 
 namespace distcomm {
@@ -338,6 +340,41 @@ nccl_backend::nccl_backend(ncclComm_t comm, ownership kind,
   detail::check_cuda(cudaStreamCreateWithFlags(&state_->own_stream, cudaStreamNonBlocking),
                      "cudaStreamCreateWithFlags");
   state_->stream = state_->own_stream;
+}
+
+std::optional<nccl_backend> nccl_backend::split(const std::vector<int>& members,
+                                                const std::string& /*name*/) {
+  detail::nccl_state& s = *state_;
+  s.use_device();
+  if (s.aborted.load()) throw peer_lost_error("nccl: split: " + s.abort_reason);
+  // The smallest member names the group (groups are disjoint); the key is the new rank.
+  const int color =
+      members.empty() ? NCCL_SPLIT_NOCOLOR : *std::min_element(members.begin(), members.end());
+  const int key = members.empty() ? 0 : detail::position_in(members, s.rank, "nccl");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // as the parent: we poll with our deadline
+  ncclComm_t child = nullptr;
+  const deadline until = deadline_after(s.timeout);
+  s.after_enqueue(ncclCommSplit(s.comm, color, key, &child, &config), "ncclCommSplit", until);
+  if (child == nullptr) return std::nullopt;
+  const bool ready = detail::poll_until(until, [&] {
+    ncclResult_t r = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(child, &r);
+    if (q != ncclSuccess) r = q;
+    if (r == ncclInProgress) return false;
+    if (r != ncclSuccess) {
+      ncclCommAbort(child);
+      detail::check_nccl(r, "ncclCommSplit", nullptr);
+    }
+    return true;
+  });
+  if (!ready) {
+    ncclCommAbort(child);
+    throw timeout_error("nccl: ncclCommSplit on rank " + std::to_string(s.rank) + " of " +
+                        std::to_string(s.size) +
+                        " timed out: the other members of its group did not join");
+  }
+  return nccl_backend(child, take_ownership, s.timeout);
 }
 
 int nccl_backend::rank() const noexcept { return state_->rank; }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "distcomm/backend.hpp"
 #include "distcomm/config.hpp"
@@ -178,6 +179,14 @@ class nccl_backend {
   void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_barrier(deadline until);
+
+  // A backend over `members` (ranks of this one, in their new rank order; this rank among
+  // them) with its own transport context, independent of this one: split() and subset() of
+  // communicator.hpp. `name` is the same on each member and unique among this backend's splits.
+  // An empty `members` (this rank joins no group) gives nothing.
+  // ncclCommSplit, non-blocking, waited for within the timeout; collective over every rank of
+  // this backend, including those that join no group (they pass no members).
+  std::optional<nccl_backend> split(const std::vector<int>& members, const std::string& name);
 
  private:
   std::shared_ptr<detail::nccl_state> state_;
