@@ -301,8 +301,8 @@ class any_communicator {
 // registry/strategies.hpp), behind one type. invalid_argument_error, before anything is sent,
 // when the strategy is unknown or does not run on the backend.
 // Every strategy's communicator is compiled where this is: the built backends and
-// plugin_backend declare an overload of their own, defined once in their library with
-// make_communicator<B>() (their headers), which calls resolve to.
+// plugin_backend declare an overload of their own (their headers), which calls resolve to,
+// defined once with make_communicator<B>() in their library (plugin_backend's in DistComm::init).
 template <class Backend, class Fusion = fusion::buffer>
 any_communicator make_communicator(Backend backend, const std::string& strategy,
                                    config cfg = config::from_env()) {

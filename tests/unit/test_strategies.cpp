@@ -381,10 +381,20 @@ TEST_CASE("allreduce: every strategy x dtype x op x world 1..8 x edge counts, bo
   MESSAGE(total << " allreduce cases");
 }
 
+// Worlds of this test: under AddressSanitizer (scripts/test.sh runs the unit tests only there)
+// a world of 2 and one of 5 (not a power of two: recursive doubling's extra ranks): the
+// segment pipelines are the same at every size, and all five worlds took 99 s of the sanitizer
+// pass's 178 s (2-core VM), one test holding up the rest.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int large_worlds[] = {2, 5};
+#else
+constexpr int large_worlds[] = {1, 2, 3, 5, 8};
+#endif
+
 TEST_CASE("allreduce: 1 000 003 elements, every strategy and dtype, world 1..8") {
   dc::config cfg = test_config(256 << 10);
   cfg.algo = dc::algo_table{};
-  for (int p : {1, 2, 3, 5, 8}) {
+  for (int p : large_worlds) {
     reference_cache refs;
     std::vector<ar_case> cases;
     for (dc::dtype t : dc::all_dtypes) {

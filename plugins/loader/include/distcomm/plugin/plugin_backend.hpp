@@ -135,7 +135,7 @@ class plugin_backend {
 
 class any_communicator;
 // make_communicator() (any_communicator.hpp) over this backend: every strategy's
-// communicator compiled once, in DistComm::plugin, not in each program that calls it.
+// communicator compiled once, in DistComm::init, not in each program that calls it.
 any_communicator make_communicator(plugin_backend backend, const std::string& strategy,
                                    config cfg = config::from_env());
 
