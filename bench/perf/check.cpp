@@ -170,8 +170,22 @@ expected_value<T> reduce_expected(reduce_op op, dtype t, int ranks, std::size_t 
 }  // namespace
 
 data_check::data_check(collective c, dtype t, reduce_op op, int ranks, int rank, int root,
-                       std::size_t block)
-    : coll_(c), type_(t), op_(op), ranks_(ranks), rank_(rank), root_(root), block_(block) {}
+                       std::size_t block, std::size_t from)
+    : coll_(c),
+      type_(t),
+      op_(op),
+      ranks_(ranks),
+      rank_(rank),
+      root_(root),
+      block_(block),
+      from_(from != static_cast<std::size_t>(-1) ? from : static_cast<std::size_t>(rank) * block) {}
+
+std::vector<std::size_t> skewed_counts(std::size_t mean, int ranks) {
+  std::vector<std::size_t> c(static_cast<std::size_t>(ranks));
+  const auto p1 = static_cast<std::size_t>(ranks) + 1;
+  for (std::size_t q = 0; q < c.size(); ++q) c[q] = mean * 2 * (q + 1) / p1;
+  return c;
+}
 
 void data_check::fill_input(void* buf, std::size_t first, std::size_t count) const {
   with_type(type_, [&](auto tg) {
@@ -218,13 +232,12 @@ std::int64_t data_check::wrong(const void* buf, std::size_t first, std::size_t c
     }
     for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = first + k;
-      // alltoall: block q of the result is block `rank` of rank q's input.
-      const std::int64_t e = coll_ == collective::allgather
-                                 ? move_input(static_cast<int>(i / block_), i % block_)
-                             : coll_ == collective::alltoall
-                                 ? move_input(static_cast<int>(i / block_),
-                                              static_cast<std::size_t>(rank_) * block_ + i % block_)
-                                 : move_input(root_, i);
+      // alltoall(v): block q of the result is rank q's input from `from_` on.
+      const bool exchange = coll_ == collective::alltoall || coll_ == collective::alltoallv;
+      const std::int64_t e =
+          coll_ == collective::allgather ? move_input(static_cast<int>(i / block_), i % block_)
+          : exchange ? move_input(static_cast<int>(i / block_), from_ + i % block_)
+                     : move_input(root_, i);
       if (!(to_double(got[k]) == static_cast<double>(e))) ++bad;
     }
     return bad;

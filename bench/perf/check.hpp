@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
@@ -17,9 +18,11 @@ namespace distcomm::bench {
 class data_check {
  public:
   // block: elements per rank of allgather (rank q's input lands at q*block) and per peer of
-  // alltoall; ignored otherwise.
+  // alltoall (and what this rank receives from each peer in alltoallv); ignored otherwise.
+  // from: where this rank's block starts in every sender's input under alltoallv (alltoall:
+  // rank * block, the default).
   data_check(collective c, dtype t, reduce_op op, int ranks, int rank, int root,
-             std::size_t block = 0);
+             std::size_t block = 0, std::size_t from = static_cast<std::size_t>(-1));
 
   // This rank's input elements first .. first+count-1 into buf.
   void fill_input(void* buf, std::size_t first, std::size_t count) const;
@@ -37,6 +40,13 @@ class data_check {
   int rank_;
   int root_;
   std::size_t block_;
+  std::size_t from_;
 };
+
+// --collective alltoallv's skewed distribution: every rank sends rank q a block of
+// mean * 2(q+1)/(p+1) elements (rounded down), so rank p-1 receives about twice the mean and rank
+// 0 about 2/(p+1) of it, as the most and least popular experts of a mixture of experts. A rank
+// sends at most mean * p elements; rank p-1 receives up to 2p/(p+1) times that.
+std::vector<std::size_t> skewed_counts(std::size_t mean, int ranks);
 
 }  // namespace distcomm::bench

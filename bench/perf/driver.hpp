@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -186,6 +187,13 @@ class runner {
         const std::size_t n = count / p;
         return {n, n * p, n * p, n * p * es()};
       }
+      case collective::alltoallv: {  // n elements to each rank on average, skewed (check.hpp)
+        const std::size_t n = count / p;
+        const std::vector<std::size_t> c = skewed_counts(n, comm_.size());
+        std::size_t sent = 0;
+        for (std::size_t x : c) sent += x;
+        return {n, sent, c[static_cast<std::size_t>(comm_.rank())] * p, sent * es()};
+      }
       case collective::allreduce:
       case collective::broadcast:
         break;
@@ -281,6 +289,37 @@ class runner {
           pv.wrong = oop.wrong;
         }
         break;
+      case collective::alltoallv: {
+        exchange_layout(n);
+        const std::size_t sent = s.send;
+        const std::size_t got = s.recv;
+        const data_check dv(o_.coll, o_.type, op, p, r, o_.root,
+                            counts_[static_cast<std::size_t>(r)],
+                            send_displs_[static_cast<std::size_t>(r)]);
+        oop.ran = true;
+        oop.run = [=] {
+          comm_.alltoallv(tv(send, sent), span<const std::size_t>(counts_), tv(recv, got),
+                          span<const std::size_t>(recv_counts_),
+                          span<const std::size_t>(send_displs_),
+                          span<const std::size_t>(recv_displs_));
+        };
+        oop.fill = [=] {
+          send_.fill_input(dv, send, 0, sent);
+          recv_.fill_sentinel(dv, recv, got);
+        };
+        oop.wrong = [=] { return recv_.wrong(dv, recv, 0, got); };
+        if (peer_) {
+          variant& pv = v[peer_column];
+          pv.ran = true;
+          pv.run = [=] {
+            peer_->alltoallv(send, mpi_counts_[0].data(), mpi_counts_[1].data(), recv,
+                             mpi_counts_[2].data(), mpi_counts_[3].data(), o_.type);
+          };
+          pv.fill = oop.fill;
+          pv.wrong = oop.wrong;
+        }
+        break;
+      }
       case collective::broadcast:
         ip.ran = true;  // DistComm's broadcast is in place only
         ip.run = [=] { comm_.broadcast(tv(recv, n), o_.root); };
@@ -291,9 +330,35 @@ class runner {
     return v;
   }
 
+  // alltoallv's counts and displacements at a mean of n elements per peer, for DistComm and (as
+  // int) for the peer: send counts, send displacements, receive counts, receive displacements.
+  void exchange_layout(std::size_t n) {
+    const auto p = static_cast<std::size_t>(comm_.size());
+    const auto r = static_cast<std::size_t>(comm_.rank());
+    counts_ = skewed_counts(n, comm_.size());
+    send_displs_.assign(p, 0);
+    recv_counts_.assign(p, counts_[r]);
+    recv_displs_.assign(p, 0);
+    for (std::size_t q = 1; q < p; ++q) send_displs_[q] = send_displs_[q - 1] + counts_[q - 1];
+    for (std::size_t q = 0; q < p; ++q) recv_displs_[q] = q * counts_[r];
+    const std::vector<std::size_t>* from[4] = {&counts_, &send_displs_, &recv_counts_,
+                                               &recv_displs_};
+    for (std::size_t k = 0; k < 4; ++k) {
+      mpi_counts_[k].clear();
+      for (std::size_t x : *from[k]) {
+        if (x > static_cast<std::size_t>(INT_MAX)) {
+          throw invalid_argument_error("--collective alltoallv: " + std::to_string(x) +
+                                       " elements exceed the peer's int counts");
+        }
+        mpi_counts_[k].push_back(static_cast<int>(x));
+      }
+    }
+  }
+
   void sweep() {
     send_ = Buffer(o_.max_bytes);
-    recv_ = Buffer(o_.max_bytes);
+    // alltoallv's most popular rank receives up to twice the mean (check.hpp, skewed_counts)
+    recv_ = Buffer(o_.coll == collective::alltoallv ? 2 * o_.max_bytes : o_.max_bytes);
     for (std::size_t size : {o_.max_bytes, o_.min_bytes}) {
       const variants v = make_variants(shape_of(size));
       for (int w = 0; w < o_.warmup_iters; ++w) {
@@ -489,6 +554,8 @@ class runner {
   std::optional<report> report_;
   Buffer send_, recv_;
   std::vector<tensor_view> tensors_;  // --fusion-tensors views of recv_
+  std::vector<std::size_t> counts_, send_displs_, recv_counts_, recv_displs_;  // alltoallv
+  std::array<std::vector<int>, 4> mpi_counts_;  // the same four, as the peer takes them
   int errors_ = 0;
 };
 

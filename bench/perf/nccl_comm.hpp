@@ -149,6 +149,15 @@ class nccl_comm {
       native_.alltoall(b_, i, o, in.count / static_cast<std::size_t>(size()), in.type, until());
     });
   }
+  // The same exchange with per-rank counts and displacements (the driver gives all four).
+  void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                 span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
+                 span<const std::size_t> recv_displs) {
+    on_device(in, out, [&](const void* i, void* o) {
+      native_.alltoallv(b_, i, send_counts.data(), send_displs.data(), o, recv_counts.data(),
+                        recv_displs.data(), in.type, until());
+    });
+  }
 
  private:
   deadline until() const { return deadline_after(cfg_.timeout); }

@@ -29,11 +29,9 @@ const std::map<std::string, reduce_op> op_names = {{"sum", reduce_op::sum},
                                                    {"avg", reduce_op::avg}};
 
 const std::map<std::string, collective> collective_names = {
-    {"allreduce", collective::allreduce},
-    {"reduce_scatter", collective::reduce_scatter},
-    {"allgather", collective::allgather},
-    {"broadcast", collective::broadcast},
-    {"alltoall", collective::alltoall}};
+    {"allreduce", collective::allreduce}, {"reduce_scatter", collective::reduce_scatter},
+    {"allgather", collective::allgather}, {"broadcast", collective::broadcast},
+    {"alltoall", collective::alltoall},   {"alltoallv", collective::alltoallv}};
 
 template <class T>
 std::vector<std::string> keys(const std::map<std::string, T>& m) {
@@ -66,10 +64,11 @@ void validate(const options& o) {
     fail("--fusion-tensors runs the grouped allreduce: it needs --collective allreduce");
   }
   if (!o.peer.empty()) {
-    if (o.coll != collective::allreduce && !(o.coll == collective::alltoall && o.peer == "mpi")) {
+    const bool exchange = o.coll == collective::alltoall || o.coll == collective::alltoallv;
+    if (o.coll != collective::allreduce && !(exchange && o.peer == "mpi")) {
       fail(
           "--peer compares allreduce (MPI_Allreduce, gloo::allreduce) and, with mpi, alltoall "
-          "(MPI_Alltoall)");
+          "and alltoallv (MPI_Alltoall, MPI_Alltoallv)");
     }
     if (o.type == dtype::bf16 || (o.peer == "mpi" && o.type == dtype::f16)) {
       fail(std::string("--peer ") + o.peer + " has no " + nccl_name(o.type) + " allreduce");
@@ -102,6 +101,8 @@ const char* to_string(collective c) noexcept {
       return "broadcast";
     case collective::alltoall:
       return "alltoall";
+    case collective::alltoallv:
+      return "alltoallv";
   }
   return "invalid";
 }

@@ -12,7 +12,7 @@
 
 namespace distcomm::bench {
 
-enum class collective { allreduce, reduce_scatter, allgather, broadcast, alltoall };
+enum class collective { allreduce, reduce_scatter, allgather, broadcast, alltoall, alltoallv };
 
 const char* to_string(collective c) noexcept;
 // nccl-tests' spelling of a dtype ("float", "half", "bfloat16", ...).

@@ -1,4 +1,4 @@
-// --peer: the raw library's own allreduce (and MPI_Alltoall), run interleaved with DistComm's at
+// --peer: the raw library's own allreduce (and MPI_Alltoall(v)), run interleaved with DistComm's at
 // every size so both see the same machine state. mpi: MPI_Allreduce on MPI_COMM_WORLD (ranks
 // started by mpirun); gloo: gloo::allreduce (the options API; the older algorithm classes stall on
 // small messages here, see the peers harness) on a gloo context connected through the job's
@@ -26,6 +26,12 @@ class peer {
   // Out of place, `block` elements per rank; options.cpp admits only peers that have it.
   virtual void alltoall(const void* in, void* out, std::size_t block, dtype t) {
     (void)in, (void)out, (void)block, (void)t;
+  }
+  // Out of place, per-rank counts and displacements in elements (MPI_Alltoallv's arguments).
+  virtual void alltoallv(const void* in, const int* send_counts, const int* send_displs, void* out,
+                         const int* recv_counts, const int* recv_displs, dtype t) {
+    (void)in, (void)send_counts, (void)send_displs, (void)out, (void)recv_counts, (void)recv_displs,
+        (void)t;
   }
   // What runs, for the header: "MPI_Allreduce on MPI_COMM_WORLD".
   virtual std::string description() const = 0;

@@ -104,8 +104,15 @@ class mpi_peer final : public peer {
           "MPI_Alltoall");
   }
 
+  void alltoallv(const void* in, const int* send_counts, const int* send_displs, void* out,
+                 const int* recv_counts, const int* recv_displs, dtype t) override {
+    check(MPI_Alltoallv(in, send_counts, send_displs, mpi_type(t), out, recv_counts, recv_displs,
+                        mpi_type(t), MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+  }
+
   std::string description() const override {
-    return "MPI_Allreduce / MPI_Alltoall on MPI_COMM_WORLD";
+    return "MPI_Allreduce / MPI_Alltoall(v) on MPI_COMM_WORLD";
   }
 
  private:

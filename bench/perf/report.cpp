@@ -73,6 +73,7 @@ double bus_factor(collective c, int ranks) noexcept {
     case collective::reduce_scatter:
     case collective::allgather:
     case collective::alltoall:  // as nccl-tests' alltoall_perf
+    case collective::alltoallv:
       return (p - 1) / p;
     case collective::broadcast:
       return 1.0;
@@ -124,7 +125,8 @@ void report::header() {
       "          ",
       "", "", "", "", "");
   if (peer) {
-    const char* form = o_.coll == collective::alltoall ? ", out-of-place" : ", in-place";
+    const bool exchange = o_.coll == collective::alltoall || o_.coll == collective::alltoallv;
+    const char* form = exchange ? ", out-of-place" : ", in-place";
     std::printf("%s", centered("peer " + info_.peer + form).c_str());
   }
   std::printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",

@@ -48,7 +48,8 @@ std::vector<unsigned char> expected(db::collective c, dtype t, reduce_op op, int
     case db::collective::broadcast:
       out = in[static_cast<std::size_t>(root)];
       break;
-    case db::collective::alltoall:  // a result per rank: the test case below
+    case db::collective::alltoall:  // a result per rank: the test cases below
+    case db::collective::alltoallv:
       break;
   }
   return out;
@@ -115,6 +116,43 @@ TEST_CASE("the check of alltoall: block q of rank r's result is block r of rank 
           std::memset(out.data() + 3 * es, 0x7f, es);
           CHECK(dc.wrong(out.data(), 0, n * pp) >= 1);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("the check of alltoallv: skewed counts, rank q's block at its displacement") {
+  for (int p : {1, 2, 3, 5}) {
+    CAPTURE(p);
+    const dtype t = dtype::i32;
+    const std::size_t es = distcomm::dtype_size(t);
+    const auto pp = static_cast<std::size_t>(p);
+    const std::vector<std::size_t> c = db::skewed_counts(n, p);
+    std::size_t sent = 0;
+    for (std::size_t q = 0; q < pp; ++q) {
+      CHECK(c[q] <= 2 * n);
+      if (q > 0) CHECK(c[q] >= c[q - 1]);  // the last rank is the most popular
+      sent += c[q];
+    }
+    CHECK(sent <= n * pp);
+    std::vector<std::vector<unsigned char>> in(pp, std::vector<unsigned char>(sent * es));
+    for (int r = 0; r < p; ++r) {
+      db::data_check(db::collective::alltoallv, t, reduce_op::sum, p, r, 0, c[0], 0)
+          .fill_input(in[static_cast<std::size_t>(r)].data(), 0, sent);
+    }
+    for (std::size_t r = 0; r < pp; ++r) {
+      std::size_t from = 0;
+      for (std::size_t q = 0; q < r; ++q) from += c[q];
+      std::vector<unsigned char> out(c[r] * pp * es);
+      for (std::size_t q = 0; q < pp; ++q) {
+        std::memcpy(out.data() + q * c[r] * es, in[q].data() + from * es, c[r] * es);
+      }
+      const db::data_check dc(db::collective::alltoallv, t, reduce_op::sum, p, static_cast<int>(r),
+                              0, c[r], from);
+      CHECK(dc.wrong(out.data(), 0, c[r] * pp) == 0);
+      if (c[r] > 0 && p > 1) {
+        std::memcpy(out.data(), in[0].data() + (from + c[r] - 1) * es, es);  // a wrong element
+        CHECK(dc.wrong(out.data(), 0, c[r] * pp) == 1);
       }
     }
   }

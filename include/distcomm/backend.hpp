@@ -110,6 +110,16 @@ struct has_native_alltoall<B, std::void_t<decltype(std::declval<B&>().native_all
                                   dtype{}, deadline{}))>> : std::true_type {};
 
 template <class, class = void>
+struct has_native_alltoallv : std::false_type {};
+template <class B>
+struct has_native_alltoallv<B, std::void_t<decltype(std::declval<B&>().native_alltoallv(
+                                   std::declval<const void*>(), std::declval<const std::size_t*>(),
+                                   std::declval<const std::size_t*>(), std::declval<void*>(),
+                                   std::declval<const std::size_t*>(),
+                                   std::declval<const std::size_t*>(), dtype{}, deadline{}))>>
+    : std::true_type {};
+
+template <class, class = void>
 struct has_native_barrier : std::false_type {};
 template <class B>
 struct has_native_barrier<B, std::void_t<decltype(std::declval<B&>().native_barrier(deadline{}))>>

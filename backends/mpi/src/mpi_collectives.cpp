@@ -191,6 +191,32 @@ void mpi_backend::native_alltoall(const void* in, void* out, std::size_t block_c
   finish(s, req, "alltoall", block_count * dtype_size(t), until);
 }
 
+void mpi_backend::native_alltoallv(const void* in, const std::size_t* send_counts,
+                                   const std::size_t* send_displs, void* out,
+                                   const std::size_t* recv_counts, const std::size_t* recv_displs,
+                                   dtype t, deadline until) {
+  detail::mpi_state& s = *state_;
+  s.check_aborted();
+  const auto p = static_cast<std::size_t>(s.size);
+  std::vector<int> sc(p), sd(p), rc(p), rd(p);  // alive until the request completes
+  std::size_t bytes = 0;
+  for (std::size_t q = 0; q < p; ++q) {
+    sc[q] = checked_count(send_counts[q], "alltoallv");
+    sd[q] = checked_count(send_displs[q], "alltoallv");
+    rc[q] = checked_count(recv_counts[q], "alltoallv");
+    rd[q] = checked_count(recv_displs[q], "alltoallv");
+    bytes += send_counts[q] * dtype_size(t);
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_check(MPI_Ialltoallv(in, sc.data(), sd.data(), mpi_type(t), out, rc.data(),
+                                     rd.data(), mpi_type(t), s.comm, &req),
+                      "MPI_Ialltoallv");
+  }
+  finish(s, req, "alltoallv", bytes, until);
+}
+
 void mpi_backend::native_broadcast(void* data, std::size_t count, dtype t, int root,
                                    deadline until) {
   detail::mpi_state& s = *state_;

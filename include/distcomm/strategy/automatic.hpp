@@ -98,6 +98,18 @@ class automatic : public p2p_base {
     }
   }
 
+  // The same for alltoallv (MPI_Alltoallv after the counts are agreed), else pairwise.
+  template <class B>
+  void alltoallv(B& b, const void* in, const std::size_t* send_counts,
+                 const std::size_t* send_displs, void* out, const std::size_t* recv_counts,
+                 const std::size_t* recv_displs, dtype t, deadline until) {
+    if constexpr (distcomm::detail::has_native_alltoallv<B>::value) {
+      native_.alltoallv(b, in, send_counts, send_displs, out, recv_counts, recv_displs, t, until);
+    } else {
+      p2p_base::alltoallv(b, in, send_counts, send_displs, out, recv_counts, recv_displs, t, until);
+    }
+  }
+
   template <class B>
   const algo_table& table() {
     if (!resolved_) {

@@ -156,6 +156,11 @@ class mpi_backend {
   void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_alltoall(const void* in, void* out, std::size_t block_count, dtype t, deadline until);
+  // MPI_Ialltoallv; counts and displacements in elements, each within MPI's int. The counts are
+  // not checked across ranks here (strategy::native agrees on them first).
+  void native_alltoallv(const void* in, const std::size_t* send_counts,
+                        const std::size_t* send_displs, void* out, const std::size_t* recv_counts,
+                        const std::size_t* recv_displs, dtype t, deadline until);
   void native_barrier(deadline until);
 
   // A backend over `members` (ranks of this one, in their new rank order; this rank among
