@@ -28,6 +28,9 @@ DISTCOMM_PACKAGES=(
   python3
   gnuplot-nox
   libtorch-dev
+  python3-dev
+  python3-torch
+  python3-pybind11
 )
 
 DISTCOMM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -278,7 +279,6 @@ class communicator {
   // mismatch_error on every rank.
   std::optional<communicator> subset(span<const int> ranks) {
     std::vector<int> members(ranks.begin(), ranks.end());
-    std::uint64_t h = 0xcbf29ce484222325ull;
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int r = members[i];
       if (r < 0 || r >= size() ||
@@ -289,10 +289,9 @@ class communicator {
                                           ? "not a rank (world size " + std::to_string(size()) + ")"
                                           : std::string("listed twice")));
       }
-      h = (h ^ static_cast<std::uint64_t>(r)) * 0x100000001b3ull;
     }
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
-    allgather(tensor_view{&h, 1, dtype::i64}, tensor_view{all.data(), all.size(), dtype::i64});
+    const std::uint64_t h = check::hash_bytes(members.data(), members.size() * sizeof(int));
+    const std::vector<std::uint64_t> all = allgather_word(h);
     for (std::size_t r = 0; r < all.size(); ++r) {
       if (all[r] != h) {
         throw mismatch_error("subset: rank " + std::to_string(r) + " lists other ranks than rank " +
@@ -307,12 +306,9 @@ class communicator {
   communicator split_by_node() {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (const char* c = host; *c != '\0'; ++c) {
-      h = (h ^ static_cast<unsigned char>(*c)) * 0x100000001b3ull;
-    }
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
-    allgather(tensor_view{&h, 1, dtype::i64}, tensor_view{all.data(), all.size(), dtype::i64});
+    const std::vector<std::uint64_t> all =
+        allgather_word(check::hash_bytes(host, std::strlen(host)));
+    const std::uint64_t h = all[static_cast<std::size_t>(rank())];
     const auto first = std::find(all.begin(), all.end(), h) - all.begin();
     return std::move(*split(static_cast<int>(first), rank()));
   }
@@ -326,6 +322,13 @@ class communicator {
 
  private:
   static constexpr bool moves_device = detail::moves_device_memory<Backend>::value;
+
+  // Every rank's `word`, in rank order (group agreement: lists, host names).
+  std::vector<std::uint64_t> allgather_word(std::uint64_t word) {
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
+    allgather(tensor_view{&word, 1, dtype::i64}, tensor_view{all.data(), all.size(), dtype::i64});
+    return all;
+  }
 
   struct state {
     state(Backend b, config c)

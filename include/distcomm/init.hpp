@@ -15,6 +15,7 @@
 
 #include "distcomm/any_communicator.hpp"
 #include "distcomm/config.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
 
 namespace distcomm {
 
@@ -27,6 +28,11 @@ struct init_options {
 // invalid_argument_error before anything connects when a name is unknown, or a strategy does not
 // run on the backend; rendezvous_error / timeout_error when the ranks cannot meet.
 any_communicator init(const init_options& options = {});
+// The same over a job this program met itself: its world (rank and size) and a store every rank
+// shares, e.g. a framework's own (the torch.distributed binding passes PyTorch's). The backend
+// connects over it instead of bootstrapping from the launcher's variables, and the default
+// backend is chosen for that world. mpi accepts only a world that is MPI_COMM_WORLD.
+any_communicator init(const job& world, const init_options& options = {});
 
 // The backend and strategy init() would take with these options, without connecting: for
 // --help texts, logs and --print-config.

@@ -126,6 +126,10 @@ call_fingerprint grouped_fingerprint(span<const tensor_view> tensors, int op,
   return f;
 }
 
+std::uint64_t hash_bytes(const void* data, std::size_t n) noexcept {
+  return fnv(fnv_basis, data, n);
+}
+
 call_fingerprint counts_fingerprint(call_kind kind, span<const std::size_t> counts, int type,
                                     const call_settings& s) {
   call_fingerprint f = make_fingerprint(kind, s, 0, type);

@@ -16,10 +16,10 @@ namespace {
 
 config settings_of(const init_options& o) { return o.settings ? *o.settings : config::from_env(); }
 
-std::string backend_of(const init_options& o, const config& cfg) {
+std::string backend_of(const init_options& o, const config& cfg, const job* given = nullptr) {
   if (!o.backend.empty()) return o.backend;
   if (!cfg.backend.empty()) return cfg.backend;
-  return default_backend(detect_world());
+  return default_backend(given ? given->world : detect_world());
 }
 
 std::string strategy_of(const init_options& o, const config& cfg) {
@@ -37,24 +37,38 @@ std::string resolved_strategy(const init_options& options) {
   return strategy_of(options, settings_of(options));
 }
 
-any_communicator init(const init_options& options) {
+namespace {
+
+// init() of the launcher's job (given null) or of `given`.
+any_communicator connect(const init_options& options, const job* given) {
   const config cfg = settings_of(options);
-  const std::string backend = backend_of(options, cfg);
+  const std::string backend = backend_of(options, cfg, given);
   const std::string strategy = strategy_of(options, cfg);
   set_log_level(cfg.log);  // before connecting: the backends log while they start
-  return visit_backend(backend, cfg, [&](auto make) {
-    using B = decltype(make());
-    // The strategy is checked against the backend before make() connects anything.
-    visit_strategy<B>(strategy, [](auto) { return true; });
-    // The overload of B's own library: each communicator is compiled there, once.
-    any_communicator comm = make_communicator(make(), strategy, cfg);
-    if (log_enabled(log_level::info)) {
-      log(log_level::info, "init: rank " + std::to_string(comm.rank()) + "/" +
-                               std::to_string(comm.size()) + ", backend " + backend +
-                               ", strategy " + strategy);
-    }
-    return comm;
-  });
+  return visit_backend(
+      backend, cfg,
+      [&](auto make) {
+        using B = decltype(make());
+        // The strategy is checked against the backend before make() connects anything.
+        visit_strategy<B>(strategy, [](auto) { return true; });
+        // The overload of B's own library: each communicator is compiled there, once.
+        any_communicator comm = make_communicator(make(), strategy, cfg);
+        if (log_enabled(log_level::info)) {
+          log(log_level::info, "init: rank " + std::to_string(comm.rank()) + "/" +
+                                   std::to_string(comm.size()) + ", backend " + backend +
+                                   ", strategy " + strategy);
+        }
+        return comm;
+      },
+      given);
+}
+
+}  // namespace
+
+any_communicator init(const init_options& options) { return connect(options, nullptr); }
+
+any_communicator init(const job& world, const init_options& options) {
+  return connect(options, &world);
 }
 
 }  // namespace distcomm

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distcomm/distcomm.hpp"
@@ -224,6 +226,40 @@ TEST_CASE("init: a plugin by name, and the plugin form of a built-in backend") {
   CHECK(v[99] == 3.0f);
   const auto names = dc::available_backends();
   CHECK(std::count(names.begin(), names.end(), "local") == 1);  // built and plugin: listed once
+}
+
+TEST_CASE("init: over a job the program met itself (a shared store), not the launcher's") {
+  // Two ranks as threads of this process, meeting through one store as a framework's would.
+  for (const std::string backend : {"gloo", "ucx"}) {
+    if (!dc::is_built_backend(backend)) continue;
+    CAPTURE(backend);
+    auto kv = std::make_shared<dc::hash_store>(std::chrono::duration<double>(30.0));
+    std::vector<double> sums(2, 0.0);
+    std::vector<std::string> names(2);
+    auto rank = [&](int r) {
+      dc::job j;
+      j.world.rank = r;
+      j.world.size = 2;
+      j.kv = kv;
+      dc::any_communicator comm = dc::init(j, {backend, "ring", quick()});
+      double x = r + 1.0;
+      comm.allreduce(dc::view(&x, 1));
+      sums[static_cast<std::size_t>(r)] = x;
+      names[static_cast<std::size_t>(r)] = comm.backend_name();
+    };
+    std::thread other(rank, 1);
+    rank(0);
+    other.join();
+    CHECK(sums == std::vector<double>{3.0, 3.0});
+    CHECK(names[0] == backend);
+  }
+  // local serves a given job of one, and refuses a larger one, saying why.
+  CHECK(std::string(dc::init(dc::job{}, {"", "", quick()}).backend_name()) == "local");
+  dc::job two;
+  two.world.size = 2;
+  CHECK(error_of([&] {
+          dc::init(two, {"local", "", quick()});
+        }).find("threads of one process") != std::string::npos);
 }
 
 TEST_CASE("init: unknown names fail before anything connects, naming what there is") {

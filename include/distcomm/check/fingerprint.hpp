@@ -78,6 +78,9 @@ call_fingerprint grouped_fingerprint(span<const tensor_view> tensors, int op,
 call_fingerprint counts_fingerprint(call_kind kind, span<const std::size_t> counts, int type,
                                     const call_settings& s);
 
+// FNV-1a of `n` bytes: the same on every rank of one build (group lists, host names).
+std::uint64_t hash_bytes(const void* data, std::size_t n) noexcept;
+
 // Total order on everything but `rank`; equal means the ranks agree.
 int compare(const call_fingerprint& a, const call_fingerprint& b) noexcept;
 

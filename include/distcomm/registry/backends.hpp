@@ -49,13 +49,15 @@ template <class B>
 struct backend_entry {
   using type = B;
   backend_info info;
-  B (*make)(const config&);  // this rank of the job the launcher started, cfg.timeout everywhere
+  // This rank of `given` (a job the program met itself, e.g. through a framework's store), else
+  // of the job the launcher started (shared_bootstrap); cfg.timeout everywhere.
+  B (*make)(const config&, const job* given);
 };
 
 // The local backend's ranks are threads of one process (local_world); as the backend of a
 // launched process it can only be a world of one.
-inline local_backend make_local(const config&) {
-  const world_info w = detect_world();
+inline local_backend make_local(const config&, const job* given) {
+  const world_info w = given ? given->world : detect_world();
   if (w.size > 1) {
     throw invalid_argument_error(
         "backend local: its ranks are threads of one process, but " +
@@ -70,23 +72,35 @@ inline local_backend make_local(const config&) {
 #if DISTCOMM_BUILT_MPI
 // MPI_COMM_WORLD is the world: no store, so no master address is needed (multi-node mpirun).
 // The backend refuses processes no MPI launcher started, saying how to start them.
-inline mpi_backend make_mpi(const config&) { return mpi_backend(); }
+// A given job must be MPI_COMM_WORLD itself: MPI cannot adopt ranks met through another store.
+inline mpi_backend make_mpi(const config&, const job* given) {
+  mpi_backend b;
+  if (given && (given->world.size != b.size() || given->world.rank != b.rank())) {
+    throw invalid_argument_error(
+        "backend mpi: its world is MPI_COMM_WORLD (rank " + std::to_string(b.rank()) + " of " +
+        std::to_string(b.size()) + "), not the group of " + std::to_string(given->world.size) +
+        " ranks this rank is " + std::to_string(given->world.rank) +
+        " of; name a backend that connects through a store (gloo, ucx) for this group");
+  }
+  return b;
+}
 #endif
 #if DISTCOMM_BUILT_GLOO
-inline gloo_backend make_gloo(const config& cfg) {
+inline gloo_backend make_gloo(const config& cfg, const job* given) {
   gloo_options o;
   o.timeout = cfg.timeout;
-  return gloo_backend(shared_bootstrap(cfg), o);
+  return gloo_backend(given ? *given : shared_bootstrap(cfg), o);
 }
 #endif
 #if DISTCOMM_BUILT_UCX
-inline ucx_backend make_ucx(const config& cfg) {
-  return ucx_backend(shared_bootstrap(cfg), cfg.timeout);
+inline ucx_backend make_ucx(const config& cfg, const job* given) {
+  return ucx_backend(given ? *given : shared_bootstrap(cfg), cfg.timeout);
 }
 #endif
 #if DISTCOMM_BUILT_NCCL
-inline nccl_backend make_nccl(const config& cfg) {
-  return nccl_backend(shared_bootstrap(cfg), -1, cfg.timeout);  // device: local rank modulo devices
+inline nccl_backend make_nccl(const config& cfg, const job* given) {
+  return nccl_backend(given ? *given : shared_bootstrap(cfg), -1,
+                      cfg.timeout);  // device: local rank modulo devices
 }
 #endif
 
@@ -119,9 +133,10 @@ inline const auto backend_table = std::make_tuple(
 // What visit_backend() hands its function: make() returns a new backend of type B.
 template <class B>
 struct backend_maker {
-  B (*fn)(const config&);
+  B (*fn)(const config&, const job*);
   const config* cfg;
-  B operator()() const { return fn(*cfg); }
+  const job* given;
+  B operator()() const { return fn(*cfg, given); }
 };
 
 template <class F>
@@ -178,18 +193,19 @@ inline std::string default_backend(const world_info& w) {
 }
 
 // Calls f(make) with a callable `make` that returns a new backend of the type named `name` for
-// this rank of the launched job, and returns f's result: a built backend's own type, else (and
-// for `plugin:<name>`) plugin_backend over the plugin of that name. invalid_argument_error when
-// neither exists, naming what does.
+// this rank of the launched job (of `given` when not null), and returns f's result: a built
+// backend's own type, else (and for `plugin:<name>`) plugin_backend over the plugin of that name.
+// invalid_argument_error when neither exists, naming what does.
 template <class F>
-auto visit_backend(const std::string& name, const config& cfg, F&& f) {
+auto visit_backend(const std::string& name, const config& cfg, F&& f, const job* given = nullptr) {
   using result = decltype(f(std::declval<detail::backend_maker<local_backend>>()));
   detail::visit_result<result> out;
   bool found = false;
   detail::for_each_backend_entry([&](const auto& e) {
     if (found || name != e.info.name) return;
     found = true;
-    out.call(f, detail::backend_maker<typename std::decay_t<decltype(e)>::type>{e.make, &cfg});
+    out.call(f,
+             detail::backend_maker<typename std::decay_t<decltype(e)>::type>{e.make, &cfg, given});
   });
   if (!found) {
     const std::string plugin = plugin::plugin_named(name);
@@ -204,9 +220,12 @@ auto visit_backend(const std::string& name, const config& cfg, F&& f) {
     struct plugin_maker {
       std::string name;
       const config* cfg;
-      plugin_backend operator()() const { return plugin_backend::open(name, *cfg); }
+      const job* given;
+      plugin_backend operator()() const {
+        return given ? plugin_backend::open(name, *given, *cfg) : plugin_backend::open(name, *cfg);
+      }
     };
-    out.call(f, plugin_maker{lib.path(), &cfg});
+    out.call(f, plugin_maker{lib.path(), &cfg, given});
   }
   return out.take();
 }

@@ -1,0 +1,82 @@
+#include "c10d_store.hpp"
+
+#include <chrono>
+#include <utility>
+
+#include "distcomm/core/error.hpp"
+
+namespace distcomm::torch_binding {
+
+namespace {
+
+std::string joined(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const std::string& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+// Runs a c10d call; its c10::Error (a socket error, a timeout inside the store) becomes
+// rendezvous_error naming what was asked.
+template <class F>
+auto guarded(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    throw rendezvous_error("the PyTorch store failed during " + what + ": " +
+                           e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+c10d_store::c10d_store(c10::intrusive_ptr<c10d::Store> s, std::chrono::duration<double> timeout)
+    : s_(std::move(s)) {
+  set_timeout(timeout);
+}
+
+void c10d_store::set(const std::string& key, const bytes& value) {
+  guarded("set(" + key + ")", [&] { s_->set(key, value); });
+}
+
+bytes c10d_store::get(const std::string& key) {
+  wait({key});
+  return guarded("get(" + key + ")", [&] { return s_->get(key); });
+}
+
+std::int64_t c10d_store::add(const std::string& key, std::int64_t delta) {
+  return guarded("add(" + key + ")", [&] { return s_->add(key, delta); });
+}
+
+bool c10d_store::check(const std::vector<std::string>& keys) {
+  return guarded("check(" + joined(keys) + ")", [&] { return s_->check(keys); });
+}
+
+// c10d's own wait with our timeout; when it expires, the keys still missing are named.
+void c10d_store::wait(const std::vector<std::string>& keys) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout());
+  try {
+    s_->wait(keys, ms);
+  } catch (const c10::Error& e) {
+    std::vector<std::string> missing;
+    try {
+      for (const std::string& k : keys) {
+        if (!s_->check({k})) missing.push_back(k);
+      }
+    } catch (const c10::Error&) {
+      missing = keys;  // the store itself is gone
+    }
+    if (missing.empty()) return;  // set in the meantime
+    throw timeout_error("waited " + std::to_string(timeout().count()) +
+                        " s for the PyTorch store keys " + joined(missing) + " (" +
+                        e.what_without_backtrace() +
+                        "): a rank of the group has not reached this point; is every rank "
+                        "running and in the same collective?");
+  }
+}
+
+bytes c10d_store::compare_set(const std::string& key, const bytes& expected, const bytes& desired) {
+  return guarded("compare_set(" + key + ")",
+                 [&] { return s_->compareSet(key, expected, desired); });
+}
+
+}  // namespace distcomm::torch_binding

@@ -1,0 +1,43 @@
+// distcomm_torch._C: the process group's constructor for torch.distributed
+// (python/distcomm_torch/__init__.py registers it as the backend "distcomm").
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+
+#include "process_group.hpp"
+
+namespace py = pybind11;
+using distcomm::torch_binding::process_group;
+
+namespace {
+
+// What Backend.register_backend calls: (store, rank, size, timeout). Connecting waits for the
+// other ranks, so the GIL is released meanwhile.
+c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                              int rank, int size,
+                                              const std::chrono::duration<float>& timeout) {
+  py::gil_scoped_release release;
+  return c10::make_intrusive<process_group>(
+      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "DistComm's torch.distributed backend (import distcomm_torch registers \"distcomm\")";
+  // The class is registered so that Python sees the group's type and its transport; its base,
+  // torch.distributed.ProcessGroup, is torch's own.
+  py::module_::import("torch.distributed");
+  py::class_<process_group, c10d::ProcessGroup, c10::intrusive_ptr<process_group>>(
+      m, "ProcessGroupDistComm")
+      .def_property_readonly("transport", &process_group::transport,
+                             "the DistComm backend and strategy under the group, e.g. 'gloo/auto'");
+  m.def("create_process_group", &create, py::arg("store"), py::arg("rank"), py::arg("size"),
+        py::arg("timeout"),
+        "The process group of rank `rank` of `size`, connected through `store` within `timeout`");
+  m.def("backend_for", &distcomm::torch_binding::backend_for, py::arg("size"),
+        "The DistComm backend a group of `size` ranks gets when DISTCOMM_BACKEND names none");
+  m.attr("__version__") = DISTCOMM_TORCH_VERSION;
+}

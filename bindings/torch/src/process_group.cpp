@@ -1,0 +1,329 @@
+#include "process_group.hpp"
+
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "c10d_store.hpp"
+#include "distcomm/init.hpp"
+#include "distcomm/registry/backends.hpp"
+#include "distcomm/rendezvous/world.hpp"
+#include "tensors.hpp"
+#include "work.hpp"
+
+namespace distcomm::torch_binding {
+
+namespace {
+
+// The group's settings: DISTCOMM_* as everywhere, the timeout PyTorch gives unless
+// DISTCOMM_TIMEOUT names one.
+config settings_for(std::chrono::milliseconds timeout) {
+  config cfg = config::from_env();
+  const char* own = std::getenv("DISTCOMM_TIMEOUT");
+  if (own == nullptr || *own == '\0') cfg.timeout = timeout;
+  return cfg;
+}
+
+any_communicator connect(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                         const config& cfg) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "distcomm: rank ", rank,
+              " is not a rank of a group of ", size);
+  job j;
+  j.world = detect_world();
+  if (j.world.size != size || j.world.rank != rank) {  // a subgroup: only its ranks are known
+    world_info w;
+    w.rank = rank;
+    w.size = size;
+    w.launcher = j.world.launcher;
+    j.world = w;
+  }
+  j.kv = std::make_shared<c10d_store>(store, cfg.timeout);
+  init_options o;
+  o.backend = cfg.backend.empty() ? backend_for(size) : cfg.backend;
+  o.settings = cfg;
+  try {
+    return init(j, o);
+  } catch (const error& e) {
+    TORCH_CHECK(false, "distcomm: rank ", rank, " of ", size, " could not connect over ", o.backend,
+                ": ", e.what());
+  }
+}
+
+std::vector<at::Tensor> flat_list(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> all;
+  for (const auto& l : lists) all.insert(all.end(), l.begin(), l.end());
+  return all;
+}
+
+}  // namespace
+
+std::string backend_for(int size) {
+  if (size <= 1) return "local";
+  for (const char* name : {"gloo", "ucx"}) {
+    if (is_built_backend(name)) return name;
+  }
+  TORCH_CHECK(false, "distcomm: this DistComm has no backend that connects processes (built: ",
+              join_names(built_backends()),
+              "); rebuild it with gloo or UCX, or name a plugin in DISTCOMM_BACKEND");
+}
+
+process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                             std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), comm_(connect(store, rank, size, settings_for(timeout))) {
+  init();
+}
+
+std::string process_group::transport() const {
+  return std::string(comm_.backend_name()) + "/" + comm_.strategy_name();
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::started(c10d::OpType type, distcomm::work w,
+                                                      std::vector<at::Tensor> outputs,
+                                                      std::vector<at::Tensor> inputs,
+                                                      std::function<void()> finish) {
+  return c10::make_intrusive<collective_work>(rank_, type, std::move(w), std::move(outputs),
+                                              std::move(inputs), std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
+                                                        const c10d::BroadcastOptions& opts) {
+  const at::Tensor& t = single(tensors, "broadcast");
+  TORCH_CHECK(opts.rootTensor == 0, "distcomm: broadcast rootTensor must be 0");
+  return started(c10d::OpType::BROADCAST,
+                 comm_.ibroadcast(view_of(t, "broadcast tensor"), static_cast<int>(opts.rootRank)),
+                 tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::AllreduceOptions& opts) {
+  const at::Tensor& t = single(tensors, "allreduce");
+  return started(
+      c10d::OpType::ALLREDUCE,
+      comm_.iallreduce(view_of(t, "allreduce tensor"), op_of(opts.reduceOp, "allreduce")), tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<tensor_view> views;
+  views.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) views.push_back(view_of(t, "allreduce_coalesced tensor"));
+  // DistComm's grouped allreduce: one fused collective, each tensor reduced on its own.
+  return started(
+      c10d::OpType::ALLREDUCE_COALESCED,
+      comm_.iallreduce(span<const tensor_view>(views), op_of(opts.reduceOp, "allreduce_coalesced")),
+      tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& tensors,
+                                                     const c10d::ReduceOptions& opts) {
+  const at::Tensor& t = single(tensors, "reduce");
+  TORCH_CHECK(opts.rootTensor == 0, "distcomm: reduce rootTensor must be 0");
+  const tensor_view v = view_of(t, "reduce tensor");
+  const int root = static_cast<int>(opts.rootRank);
+  // In place on the root, as PyTorch's; the other ranks' tensors are left as they were.
+  return started(
+      c10d::OpType::REDUCE,
+      comm_.ireduce(v, rank_ == root ? v : tensor_view{}, op_of(opts.reduceOp, "reduce"), root),
+      tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const at::Tensor& in = single(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "distcomm: allgather takes one output list per process");
+  check_list(outputs[0], static_cast<std::size_t>(size_), in, "allgather output list");
+  at::Tensor flat = at::empty({in.numel() * size_}, in.options());
+  std::vector<at::Tensor> parts = outputs[0];
+  return started(
+      c10d::OpType::ALLGATHER,
+      comm_.iallgather(view_of(in, "allgather input"), view_of(flat, "allgather output")), parts,
+      {in, flat}, [flat, parts] { unflatten(flat, parts); });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                              const c10d::AllgatherOptions&) {
+  TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: _allgather_base output has ",
+              output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
+  return started(c10d::OpType::_ALLGATHER_BASE,
+                 comm_.iallgather(view_of(input, "_allgather_base input"),
+                                  view_of(output, "_allgather_base output")),
+                 {output}, {input});
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(outputs.size() == static_cast<std::size_t>(size_),
+              "distcomm: allgather_coalesced needs one output list per rank (", size_, "), got ",
+              outputs.size());
+  for (const auto& list : outputs) {
+    TORCH_CHECK(list.size() == inputs.size(),
+                "distcomm: allgather_coalesced output lists must match the input list's length");
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      check_list({list[k]}, 1, inputs[k], "allgather_coalesced output");
+    }
+  }
+  at::Tensor in = inputs.empty() ? at::empty({0}, at::kFloat) : flatten(inputs);
+  at::Tensor flat = at::empty({in.numel() * size_}, in.options());
+  std::vector<at::Tensor> parts = flat_list(outputs);
+  return started(c10d::OpType::ALLGATHER_COALESCED,
+                 comm_.iallgather(view_of(in, "allgather_coalesced input"),
+                                  view_of(flat, "allgather_coalesced output")),
+                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::GatherOptions& opts) {
+  const at::Tensor& in = single(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  if (rank_ != root) {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "distcomm: gather takes output tensors on the root rank only");
+    return started(c10d::OpType::GATHER,
+                   comm_.igather(view_of(in, "gather input"), tensor_view{}, root), {}, {in});
+  }
+  TORCH_CHECK(outputs.size() == 1, "distcomm: gather takes one output list on the root");
+  check_list(outputs[0], static_cast<std::size_t>(size_), in, "gather output list");
+  at::Tensor flat = at::empty({in.numel() * size_}, in.options());
+  std::vector<at::Tensor> parts = outputs[0];
+  return started(c10d::OpType::GATHER,
+                 comm_.igather(view_of(in, "gather input"), view_of(flat, "gather output"), root),
+                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& outputs,
+                                                      std::vector<std::vector<at::Tensor>>& inputs,
+                                                      const c10d::ScatterOptions& opts) {
+  const at::Tensor& out = single(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  at::Tensor flat;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1, "distcomm: scatter takes one input list on the root");
+    check_list(inputs[0], static_cast<std::size_t>(size_), out, "scatter input list");
+    flat = flatten(inputs[0]);
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "distcomm: scatter takes input tensors on the root rank only");
+  }
+  const tensor_view in = flat.defined() ? view_of(flat, "scatter input") : tensor_view{};
+  return started(c10d::OpType::SCATTER, comm_.iscatter(in, view_of(out, "scatter output"), root),
+                 outputs, {flat});
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const at::Tensor& out = single(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1, "distcomm: reduce_scatter takes one input list per process");
+  check_list(inputs[0], static_cast<std::size_t>(size_), out, "reduce_scatter input list");
+  at::Tensor flat = flatten(inputs[0]);
+  return started(c10d::OpType::REDUCE_SCATTER,
+                 comm_.ireduce_scatter(view_of(flat, "reduce_scatter input"),
+                                       view_of(out, "reduce_scatter output"),
+                                       op_of(opts.reduceOp, "reduce_scatter")),
+                 outputs, {flat});
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(input.numel() == output.numel() * size_, "distcomm: _reduce_scatter_base input has ",
+              input.numel(),
+              " elements; it needs world size × output's = ", output.numel() * size_);
+  return started(c10d::OpType::_REDUCE_SCATTER_BASE,
+                 comm_.ireduce_scatter(view_of(input, "_reduce_scatter_base input"),
+                                       view_of(output, "_reduce_scatter_base output"),
+                                       op_of(opts.reduceOp, "_reduce_scatter_base")),
+                 {output}, {input});
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+  const tensor_view in = view_of(input, "alltoall_base input");
+  const tensor_view out = view_of(output, "alltoall_base output");
+  if (output_split_sizes.empty() && input_split_sizes.empty()) {
+    return started(c10d::OpType::ALLTOALL_BASE, comm_.ialltoall(in, out), {output}, {input});
+  }
+  // Split sizes count rows (the first dimension); DistComm counts elements.
+  const auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t,
+                          const char* what) {
+    const std::int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+    const std::int64_t row = rows > 0 ? t.numel() / rows : 0;
+    std::vector<std::size_t> c(static_cast<std::size_t>(size_));
+    if (splits.empty()) {
+      TORCH_CHECK(rows % size_ == 0, "distcomm: alltoall_base ", what, " has ", rows,
+                  " rows, not a multiple of the world size ", size_, ", and no split sizes");
+      for (auto& x : c) x = static_cast<std::size_t>(rows / size_ * row);
+      return c;
+    }
+    TORCH_CHECK(splits.size() == static_cast<std::size_t>(size_), "distcomm: alltoall_base ", what,
+                " split sizes has ", splits.size(), " entries; it needs one per rank (", size_,
+                ")");
+    std::int64_t total = 0;
+    for (std::size_t q = 0; q < c.size(); ++q) {
+      TORCH_CHECK(splits[q] >= 0, "distcomm: alltoall_base ", what, " split size ", splits[q],
+                  " is negative");
+      total += splits[q];
+      c[q] = static_cast<std::size_t>(splits[q] * row);
+    }
+    TORCH_CHECK(total == rows, "distcomm: alltoall_base ", what, " split sizes add up to ", total,
+                " rows; the tensor has ", rows);
+    return c;
+  };
+  // The communicator copies the counts: they need not outlive the call.
+  const std::vector<std::size_t> send = counts(input_split_sizes, input, "input");
+  const std::vector<std::size_t> recv = counts(output_split_sizes, output, "output");
+  return started(
+      c10d::OpType::ALLTOALL_BASE,
+      comm_.ialltoallv(in, span<const std::size_t>(send), out, span<const std::size_t>(recv)),
+      {output}, {input});
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::AllToAllOptions&) {
+  TORCH_CHECK(inputs.size() == static_cast<std::size_t>(size_) && outputs.size() == inputs.size(),
+              "distcomm: alltoall takes one input and one output tensor per rank (", size_,
+              "), got ", inputs.size(), " and ", outputs.size());
+  std::vector<std::size_t> send, recv;
+  for (std::size_t q = 0; q < inputs.size(); ++q) {
+    TORCH_CHECK(inputs[q].scalar_type() == inputs[0].scalar_type() &&
+                    outputs[q].scalar_type() == inputs[0].scalar_type(),
+                "distcomm: alltoall tensors must share one dtype");
+    send.push_back(static_cast<std::size_t>(inputs[q].numel()));
+    recv.push_back(static_cast<std::size_t>(outputs[q].numel()));
+  }
+  at::Tensor in = flatten(inputs);
+  at::Tensor flat = flatten(outputs);  // shaped like the outputs; overwritten
+  std::vector<at::Tensor> parts = outputs;
+  return started(c10d::OpType::ALLTOALL,
+                 comm_.ialltoallv(view_of(in, "alltoall input"), span<const std::size_t>(send),
+                                  view_of(flat, "alltoall output"), span<const std::size_t>(recv)),
+                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::send(std::vector<at::Tensor>& tensors, int dst,
+                                                   int tag) {
+  const at::Tensor& t = single(tensors, "send");
+  return started(c10d::OpType::SEND, comm_.isend(view_of(t, "send tensor"), dst, tag), tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tensors, int src,
+                                                   int tag) {
+  const at::Tensor& t = single(tensors, "recv");
+  return started(c10d::OpType::RECV, comm_.irecv(view_of(t, "recv tensor"), src, tag), tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK(false,
+              "distcomm: recv from any source is not supported: DistComm matches messages per "
+              "sender, in order; name the source rank (dist.recv(tensor, src=...))");
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions&) {
+  return started(c10d::OpType::BARRIER, comm_.ibarrier(), {});
+}
+
+}  // namespace distcomm::torch_binding

@@ -1,0 +1,105 @@
+#include "tensors.hpp"
+
+#include <string>
+
+namespace distcomm::torch_binding {
+
+namespace {
+
+dtype dtype_of(const at::Tensor& t, const char* what) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return dtype::f32;
+    case at::kDouble:
+      return dtype::f64;
+    case at::kHalf:
+      return dtype::f16;
+    case at::kBFloat16:
+      return dtype::bf16;
+    case at::kChar:
+      return dtype::i8;
+    case at::kByte:
+      return dtype::u8;
+    case at::kInt:
+      return dtype::i32;
+    case at::kLong:
+      return dtype::i64;
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "distcomm: ", what, " has dtype ", t.scalar_type(),
+              "; DistComm moves float32, float64, float16, bfloat16, int8, uint8, int32 and "
+              "int64 tensors: convert it first (e.g. tensor.to(torch.uint8) for bool)");
+}
+
+}  // namespace
+
+tensor_view view_of(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.defined(), "distcomm: ", what, " is an undefined tensor");
+  TORCH_CHECK(t.layout() == at::kStrided, "distcomm: ", what, " is ", t.layout(),
+              "; only dense tensors are supported");
+  TORCH_CHECK(t.device().is_cpu(), "distcomm: ", what, " is on ", t.device(),
+              "; this process group moves CPU tensors (move it with .cpu(), or use the "
+              "\"nccl\" backend for CUDA tensors)");
+  TORCH_CHECK(t.is_contiguous(), "distcomm: ", what,
+              " is not contiguous; pass tensor.contiguous() (collectives write the tensor's "
+              "storage in place)");
+  return tensor_view{t.data_ptr(), static_cast<std::size_t>(t.numel()), dtype_of(t, what)};
+}
+
+reduce_op op_of(const c10d::ReduceOp& op, const char* what) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return reduce_op::sum;
+    case c10d::ReduceOp::AVG:
+      return reduce_op::avg;
+    case c10d::ReduceOp::PRODUCT:
+      return reduce_op::prod;
+    case c10d::ReduceOp::MIN:
+      return reduce_op::min;
+    case c10d::ReduceOp::MAX:
+      return reduce_op::max;
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "distcomm: ", what,
+              " with a ReduceOp DistComm does not have (BAND, BOR, BXOR, PREMUL_SUM); it "
+              "reduces with SUM, AVG, PRODUCT, MIN and MAX");
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(tensors.size() == 1, "distcomm: ", what, " takes one tensor per process, got ",
+              tensors.size(),
+              " (one per device is for multi-device processes, which this "
+              "group does not drive)");
+  return tensors[0];
+}
+
+void check_list(const std::vector<at::Tensor>& list, std::size_t n, const at::Tensor& like,
+                const char* what) {
+  TORCH_CHECK(list.size() == n, "distcomm: ", what, " needs ", n, " tensors, got ", list.size());
+  for (const at::Tensor& t : list) {
+    TORCH_CHECK(t.scalar_type() == like.scalar_type(), "distcomm: ", what, " mixes dtypes ",
+                t.scalar_type(), " and ", like.scalar_type());
+    TORCH_CHECK(t.numel() == like.numel(), "distcomm: ", what, " holds a tensor of ", t.numel(),
+                " elements where ", like.numel(), " are expected (sizes must match)");
+    TORCH_CHECK(t.device() == like.device(), "distcomm: ", what, " mixes devices");
+  }
+}
+
+at::Tensor flatten(const std::vector<at::Tensor>& parts) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(parts.size());
+  for (const at::Tensor& p : parts) flat.push_back(p.reshape({-1}));
+  return at::cat(flat);
+}
+
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
+  std::int64_t at = 0;
+  for (const at::Tensor& p : parts) {
+    p.copy_(flat.narrow(0, at, p.numel()).view(p.sizes()));
+    at += p.numel();
+  }
+}
+
+}  // namespace distcomm::torch_binding

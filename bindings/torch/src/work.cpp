@@ -1,0 +1,69 @@
+#include "work.hpp"
+
+#include <exception>
+#include <string>
+#include <utility>
+
+namespace distcomm::torch_binding {
+
+collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
+                                 std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
+                                 std::function<void()> finish)
+    : c10d::Work(rank, type),
+      work_(std::move(w)),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+  // On the thread that completes the collective (DistComm's progress), or here when it already
+  // has. The future holds what the callback needs, not this Work, which the caller may drop.
+  work_.then([future = future_, outputs = outputs_, inputs = std::move(inputs),
+              finish = std::move(finish)](std::exception_ptr error) {
+    if (!error && finish) {
+      try {
+        finish();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (error) {
+      future->setError(error);
+    } else {
+      future->markCompleted(c10::IValue(outputs));
+    }
+  });
+}
+
+bool collective_work::isCompleted() { return future_->completed(); }
+
+bool collective_work::isSuccess() const { return future_->completed() && !future_->hasError(); }
+
+std::exception_ptr collective_work::exception() const {
+  return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+}
+
+std::vector<at::Tensor> collective_work::result() { return outputs_; }
+
+bool collective_work::wait(std::chrono::milliseconds timeout) {
+  if (timeout != kNoTimeout && !work_.test()) {
+    bool ended = false;
+    try {
+      ended = work_.wait_for(timeout);
+    } catch (...) {
+      ended = true;  // the future carries the same error, below
+    }
+    TORCH_CHECK(ended, "distcomm: ", c10d::opTypeToString(opType_), " did not complete within ",
+                timeout.count(),
+                " ms (the wait's timeout); it goes on and ends within the group's timeout");
+  }
+  future_->wait();  // the copy-out, if any, finishing on the progress thread
+  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  return true;
+}
+
+void collective_work::abort() {
+  TORCH_CHECK(false,
+              "distcomm: a collective cannot be aborted alone; it ends with an error within the "
+              "group's timeout when a peer does not take part");
+}
+
+}  // namespace distcomm::torch_binding

@@ -1,0 +1,45 @@
+// The c10d::Work a distcomm process group returns: it wraps distcomm::work and a c10 Future that
+// DistComm's progress thread completes (with the output tensors, or with the collective's error)
+// the moment the collective ends, so DDP's Reducer, which chains on getFuture(), overlaps
+// communication with the backward pass without any caller waiting. A collective that writes its
+// result through a staging tensor copies it out first, on the same thread, before the future
+// completes.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "distcomm/async/work.hpp"
+
+namespace distcomm::torch_binding {
+
+class collective_work final : public c10d::Work {
+ public:
+  // `outputs`: what result() and the future hold; `inputs`: tensors the collective reads (or
+  // stages through), kept alive until it completes, whatever the caller drops; `finish`: the
+  // copy-out, run once on success.
+  collective_work(int rank, c10d::OpType type, distcomm::work w, std::vector<at::Tensor> outputs,
+                  std::vector<at::Tensor> inputs, std::function<void()> finish = {});
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override {}
+  // Waits until the collective ends (kNoTimeout) or at most `timeout`, and rethrows its error.
+  // After `timeout` it throws; the collective goes on and ends within DistComm's own deadline.
+  bool wait(std::chrono::milliseconds timeout) override;
+  void abort() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  distcomm::work work_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace distcomm::torch_binding

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""The "distcomm" torch.distributed backend, rank by rank: every collective PyTorch routes to a
+process group, with every ReduceOp and dtype DistComm has, async and blocking, subgroups, and the
+errors a user sees for what it refuses. Run without arguments it starts WORLD ranks as separate
+processes (init method from --init: env, tcp or file) and fails when any rank fails.
+
+    test_process_group.py [--world 2] [--init env|tcp|file]
+"""
+
+import argparse
+import gc
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import traceback
+import warnings
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(world, init):
+    env = dict(os.environ)
+    port = free_port()
+    tmp = tempfile.mkdtemp(prefix="distcomm-torch-")
+    procs = []
+    for rank in range(world):
+        e = dict(env, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=str(port), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        if init == "tcp":
+            url = f"tcp://127.0.0.1:{port}"
+        elif init == "file":
+            url = "file://" + os.path.join(tmp, "store")
+        else:
+            url = "env://"
+        procs.append(subprocess.Popen([sys.executable, __file__, "--rank", str(rank), "--world",
+                                       str(world), "--url", url], env=e))
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=240))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            codes.append("timeout")
+    print(f"ranks exited with {codes}")
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+def run_rank(rank, world, url):
+    import torch
+    import torch.distributed as dist
+    import distcomm_torch  # noqa: F401  (registers "distcomm")
+
+    dist.init_process_group("distcomm", init_method=url, rank=rank, world_size=world)
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    p, r = world, rank
+    group = dist.group.WORLD
+    check(dist.get_backend() == "distcomm", f"backend is {dist.get_backend()}")
+
+    # allreduce: every op on every dtype, blocking and async (future and wait)
+    dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+              torch.uint8, torch.int32, torch.int64]
+    ops = {dist.ReduceOp.SUM: sum(range(1, p + 1)), dist.ReduceOp.PRODUCT: 1,
+           dist.ReduceOp.MIN: 1, dist.ReduceOp.MAX: p}
+    for q in range(2, p + 1):
+        ops[dist.ReduceOp.PRODUCT] *= q
+    for dt in dtypes:
+        for op, want in ops.items():
+            t = torch.full((37,), r + 1, dtype=dt)
+            dist.all_reduce(t, op=op)
+            check(bool((t == want).all()), f"all_reduce {op} {dt}: {t[:3].tolist()} != {want}")
+        t = torch.full((5,), r + 1, dtype=dt)
+        w = dist.all_reduce(t, async_op=True)
+        fut = w.get_future()
+        got = fut.wait()
+        check(bool((got[0] == sum(range(1, p + 1))).all()), f"async all_reduce {dt}: {got}")
+        check(w.is_completed(), "work not complete after its future")
+    t = torch.full((4,), float(r + 1))
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    check(bool((t == (p + 1) / 2).all()), f"AVG: {t}")
+
+    # allreduce_coalesced (deprecated in Python, still what some callers use)
+    a, b = torch.full((3,), float(r)), torch.full((1000,), 2.0 * r)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist.all_reduce_coalesced([a, b])
+    check(bool((a == sum(range(p))).all()) and bool((b == 2 * sum(range(p))).all()), "coalesced")
+
+    # broadcast from every root
+    for root in range(p):
+        t = torch.arange(10, dtype=torch.float32) * (r + 1)
+        dist.broadcast(t, src=root)
+        check(bool((t == torch.arange(10) * (root + 1)).all()), f"broadcast root {root}")
+
+    # allgather (list and base), allgather_coalesced through all_gather_object
+    outs = [torch.empty(6, dtype=torch.int64) for _ in range(p)]
+    dist.all_gather(outs, torch.full((6,), r, dtype=torch.int64))
+    check(all(bool((o == q).all()) for q, o in enumerate(outs)), f"all_gather {outs}")
+    flat = torch.empty(6 * p)
+    dist.all_gather_into_tensor(flat, torch.full((6,), float(r)))
+    check(bool((flat.view(p, 6)[:, 0] == torch.arange(p)).all()), "all_gather_into_tensor")
+    # An input the caller drops at once stays alive until the collective has read it.
+    out = torch.empty(p << 18)
+    w = dist.all_gather_into_tensor(out, torch.full((1 << 18,), float(r)), async_op=True)
+    gc.collect()
+    w.wait()
+    check(bool((out.view(p, -1) == torch.arange(p).float().unsqueeze(1)).all()), "dropped input")
+    objs = [None] * p
+    dist.all_gather_object(objs, {"rank": r, "name": "x" * (r + 1)})
+    check(objs == [{"rank": q, "name": "x" * (q + 1)} for q in range(p)], f"objects {objs}")
+
+    # reduce_scatter (list and base)
+    out = torch.empty(4)
+    dist.reduce_scatter(out, [torch.full((4,), float(q + r)) for q in range(p)])
+    check(bool((out == sum(r + q for q in range(p))).all()), f"reduce_scatter {out}")
+    out = torch.empty(3)
+    dist.reduce_scatter_tensor(out, torch.arange(3 * p, dtype=torch.float32))
+    check(bool((out == p * torch.arange(3 * r, 3 * r + 3)).all()), f"reduce_scatter_tensor {out}")
+
+    # all_to_all: equal, with split sizes, and lists
+    inp = torch.arange(p * 2, dtype=torch.float32) + 100 * r
+    out = torch.empty(p * 2)
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([torch.arange(2 * r, 2 * r + 2) + 100 * q for q in range(p)]).float()
+    check(bool((out == want).all()), f"all_to_all_single {out}")
+    send_splits = [q + 1 for q in range(p)]          # rank r sends q+1 rows to rank q
+    recv_splits = [r + 1] * p                         # and receives r+1 rows from each
+    inp = torch.cat([torch.full((q + 1, 2), float(10 * r + q)) for q in range(p)])
+    out = torch.empty(sum(recv_splits), 2)
+    dist.all_to_all_single(out, inp, recv_splits, send_splits)
+    want = torch.cat([torch.full((r + 1, 2), float(10 * q + r)) for q in range(p)])
+    check(bool((out == want).all()), f"all_to_all_single with splits {out}")
+    ins = [torch.full((q + 2,), float(r)) for q in range(p)]
+    outs = [torch.empty(r + 2) for _ in range(p)]
+    dist.all_to_all(outs, ins)
+    check(all(bool((o == q).all()) for q, o in enumerate(outs)), f"all_to_all {outs}")
+
+    # reduce, gather, scatter at every root
+    for root in range(p):
+        t = torch.full((5,), float(r + 1))
+        dist.reduce(t, dst=root)
+        if r == root:
+            check(bool((t == sum(range(1, p + 1))).all()), f"reduce at {root}: {t}")
+        g = [torch.empty(3) for _ in range(p)] if r == root else None
+        dist.gather(torch.full((3,), float(r)), gather_list=g, dst=root)
+        if r == root:
+            check(all(bool((x == q).all()) for q, x in enumerate(g)), f"gather at {root}: {g}")
+        s = torch.empty(2)
+        dist.scatter(s, [torch.full((2,), float(q * 7)) for q in range(p)] if r == root else None,
+                     src=root)
+        check(bool((s == 7 * r).all()), f"scatter from {root}: {s}")
+
+    # send / recv around a ring, in an order that cannot deadlock
+    if p > 1:
+        t = torch.full((100,), float(r))
+        got = torch.empty(100)
+        nxt, prv = (r + 1) % p, (r - 1) % p
+        if r % 2 == 0:
+            dist.send(t, nxt, tag=3)
+            dist.recv(got, prv, tag=3)
+        else:
+            dist.recv(got, prv, tag=3)
+            dist.send(t, nxt, tag=3)
+        check(bool((got == prv).all()), f"recv from {prv}: {got[:3]}")
+
+    dist.barrier()
+
+    # subgroups: everyone, then each rank alone, then the last two
+    everyone = dist.new_group(list(range(p)), backend="distcomm")
+    t = torch.ones(8)
+    dist.all_reduce(t, group=everyone)
+    check(bool((t == p).all()), "new_group of every rank")
+    for q in range(p):
+        alone = dist.new_group([q], backend="distcomm")
+        if q == r:
+            t = torch.full((2,), 5.0)
+            dist.all_reduce(t, group=alone)
+            check(bool((t == 5).all()), "a group of one")
+    if p > 2:
+        pair = dist.new_group([p - 2, p - 1], backend="distcomm")
+        if r >= p - 2:
+            t = torch.ones(3)
+            dist.all_reduce(t, group=pair)
+            check(bool((t == 2).all()), "a pair")
+
+    # what is refused, and how
+    def raises(fn, words, what):
+        try:
+            fn()
+        except RuntimeError as e:
+            check(all(w in str(e) for w in words), f"{what}: message {e!s:.300}")
+            return
+        check(False, f"{what}: no error")
+
+    raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool)), ["dtype", "Bool"], "bool")
+    raises(lambda: dist.all_reduce(torch.ones(4, 4).t()), ["contiguous"], "non-contiguous")
+    raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND),
+           ["BAND"], "BAND")
+    dist.barrier()  # the refusals happened before anything was sent: the group still works
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    check(bool((t == p).all()), "allreduce after the refusals")
+
+    # DDP: two steps of a small model; replicas agree afterwards
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    torch.manual_seed(r)
+    for _ in range(2):
+        opt.zero_grad()
+        ddp(torch.randn(4, 8)).square().sum().backward()
+        opt.step()
+    flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(p)]
+    dist.all_gather(gathered, flat)
+    check(all(bool(torch.equal(g, gathered[0])) for g in gathered), "DDP replicas differ")
+
+    dist.destroy_process_group()
+    for f in failures:
+        print(f"rank {r}: FAILED {f}", flush=True)
+    if not failures:
+        print(f"rank {r}: all checks passed", flush=True)
+    return 1 if failures else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--init", choices=["env", "tcp", "file"], default="env")
+    ap.add_argument("--rank", type=int)
+    ap.add_argument("--url")
+    a = ap.parse_args()
+    if a.rank is None:
+        return launch(a.world, a.init)
+    try:
+        return run_rank(a.rank, a.world, a.url)
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
