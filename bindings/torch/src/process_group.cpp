@@ -1,13 +1,16 @@
 #include "process_group.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <utility>
 
 #include "c10d_store.hpp"
 #include "distcomm/init.hpp"
 #include "distcomm/registry/backends.hpp"
-#include "distcomm/rendezvous/world.hpp"
 #include "tensors.hpp"
 #include "work.hpp"
 
@@ -24,24 +27,41 @@ config settings_for(std::chrono::milliseconds timeout) {
   return cfg;
 }
 
-any_communicator connect(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                         const config& cfg) {
+// This rank's world within the group: its rank and size from PyTorch, and which of the group's
+// ranks share its host, learned through the group's store (the launcher's variables describe the
+// whole job, not a subgroup, and PyTorch's own test harness sets WORLD_SIZE without RANK).
+world_info world_of(store& kv, int rank, int size) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  const std::string key = "distcomm_torch/host/";
+  kv.set(key + std::to_string(rank), bytes(host, host + std::strlen(host)));
+  world_info w;
+  w.rank = rank;
+  w.size = size;
+  w.local_size = 0;
+  for (int q = 0; q < size; ++q) {
+    const bytes other = kv.get(key + std::to_string(q));
+    if (std::string(other.begin(), other.end()) != host) continue;
+    if (q < rank) ++w.local_rank;
+    ++w.local_size;
+  }
+  return w;
+}
+
+std::shared_ptr<store> store_of(const c10::intrusive_ptr<c10d::Store>& s, const config& cfg) {
+  return std::make_shared<c10d_store>(s, cfg.timeout);
+}
+
+any_communicator connect(const std::shared_ptr<store>& kv, int rank, int size, const config& cfg) {
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "distcomm: rank ", rank,
               " is not a rank of a group of ", size);
-  job j;
-  j.world = detect_world();
-  if (j.world.size != size || j.world.rank != rank) {  // a subgroup: only its ranks are known
-    world_info w;
-    w.rank = rank;
-    w.size = size;
-    w.launcher = j.world.launcher;
-    j.world = w;
-  }
-  j.kv = std::make_shared<c10d_store>(store, cfg.timeout);
   init_options o;
   o.backend = cfg.backend.empty() ? backend_for(size) : cfg.backend;
   o.settings = cfg;
   try {
+    job j;
+    j.world = world_of(*kv, rank, size);
+    j.kv = kv;
     return init(j, o);
   } catch (const error& e) {
     TORCH_CHECK(false, "distcomm: rank ", rank, " of ", size, " could not connect over ", o.backend,
@@ -69,7 +89,10 @@ std::string backend_for(int size) {
 
 process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), comm_(connect(store, rank, size, settings_for(timeout))) {
+    : c10d::ProcessGroup(rank, size),
+      cfg_(settings_for(timeout)),
+      kv_(store_of(store, cfg_)),
+      comm_(connect(kv_, rank, size, cfg_)) {
   init();
 }
 

@@ -10,10 +10,13 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "distcomm/any_communicator.hpp"
+#include "distcomm/config.hpp"
+#include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm::torch_binding {
 
@@ -75,6 +78,9 @@ class process_group final : public c10d::ProcessGroup {
                                          std::vector<at::Tensor> inputs = {},
                                          std::function<void()> finish = {});
 
+  config cfg_;
+  std::shared_ptr<store>
+      kv_;  // the group's store, for as long as the group (ucx's teardown meets there)
   any_communicator comm_;
 };
 

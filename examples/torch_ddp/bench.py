@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""DDP training throughput: backend "distcomm" (over each DistComm transport named) against
+"gloo", in the same run, interleaved, at 1, 2 and 4 processes, one torch thread per process,
+on the example CNN and the 29 M-parameter MLP. Prints the median samples/s of --rounds runs and
+the scaling efficiency (samples/s at N over N x samples/s at 1, same per-process batch).
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/torch_ddp/bench.py \
+        [--procs 1 2 4] [--models cnn mlp] [--transports gloo ucx] [--rounds 3] [--steps 20]
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+
+
+def throughput(np, model, backend, transport, steps, batch):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if transport:
+        env["DISTCOMM_BACKEND"] = transport
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "1",
+           "--tee", "1", f"--nproc_per_node={np}", TRAIN, "--backend", backend, "--model", model,
+           "--steps", str(steps), "--batch", str(batch), "--threads", "1"]
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=900)
+    m = re.search(r"throughput ([0-9.]+) samples/s", p.stdout)
+    if p.returncode != 0 or not m:
+        print(p.stdout[-3000:], file=sys.stderr)
+        raise SystemExit(f"bench: {backend}/{transport} at {np} processes failed")
+    return float(m.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--models", nargs="+", default=["cnn", "mlp"])
+    ap.add_argument("--transports", nargs="+", default=["gloo", "ucx"],
+                    help="DISTCOMM_BACKEND values to run backend distcomm over")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=32)
+    a = ap.parse_args()
+    configs = [("gloo", None)] + [("distcomm", t) for t in a.transports]
+    results = {}
+    for rnd in range(a.rounds):
+        for model in a.models:
+            for np in a.procs:
+                for backend, transport in configs:
+                    v = throughput(np, model, backend, transport, a.steps, a.batch)
+                    results.setdefault((model, np, backend, transport), []).append(v)
+                    print(f"round {rnd} {model} np{np} {backend}/{transport or '-'}: {v:.1f}",
+                          flush=True)
+    print("\n| model | processes | backend | samples/s (median) | efficiency |")
+    print("|---|---:|---|---:|---:|")
+    for model in a.models:
+        for backend, transport in configs:
+            base = statistics.median(results[(model, min(a.procs), backend, transport)])
+            for np in a.procs:
+                v = statistics.median(results[(model, np, backend, transport)])
+                eff = v / (np / min(a.procs) * base)
+                name = backend + (f" over {transport}" if transport else " (torch)")
+                print(f"| {model} | {np} | {name} | {v:.1f} | {100 * eff:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()
