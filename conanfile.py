@@ -54,7 +54,7 @@ class DistCommConan(ConanFile):
         "with_cuda": False,
     }
     exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*",
-                       "cuda/*", "backends/*", "plugins/*", "tools/*")
+                       "cuda/*", "backends/*", "plugins/*", "tools/*", "bindings/*")
 
     def set_version(self):
         # One version, the one in project(DistComm VERSION ...).
@@ -104,6 +104,8 @@ class DistCommConan(ConanFile):
             tc.cache_variables[f"DISTCOMM_WITH_{backend.upper()}"] = "ON" if enabled else "OFF"
         # The CUDA layer (DistComm::cuda: kernels, cuda::fusion, cuda::host_staged) likewise.
         tc.cache_variables["DISTCOMM_WITH_CUDA"] = "ON" if self.options.with_cuda else "OFF"
+        # The torch.distributed backend is a Python extension, not part of the C++ package.
+        tc.cache_variables["DISTCOMM_WITH_TORCH"] = "OFF"
         tc.generate()
         CMakeDeps(self).generate()
 

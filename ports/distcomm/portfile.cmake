@@ -35,6 +35,7 @@ vcpkg_cmake_configure(
     -DDISTCOMM_BUILD_EXAMPLES=OFF
     -DDISTCOMM_BUILD_BENCH=OFF
     -DDISTCOMM_INSTALL=ON
+    -DDISTCOMM_WITH_TORCH=OFF  # a Python extension (bindings/torch), not part of the C++ package
 )
 vcpkg_cmake_install()
 
