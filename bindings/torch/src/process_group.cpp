@@ -319,7 +319,9 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& 
     recv.push_back(static_cast<std::size_t>(outputs[q].numel()));
   }
   at::Tensor in = flatten(inputs);
-  at::Tensor flat = flatten(outputs);  // shaped like the outputs; overwritten
+  std::int64_t total = 0;
+  for (const at::Tensor& o : outputs) total += o.numel();
+  at::Tensor flat = at::empty({total}, inputs[0].options());  // overwritten: no copy of outputs
   std::vector<at::Tensor> parts = outputs;
   return started(c10d::OpType::ALLTOALL,
                  comm_.ialltoallv(view_of(in, "alltoall input"), span<const std::size_t>(send),
