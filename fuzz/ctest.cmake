@@ -14,7 +14,7 @@ function(distcomm_fuzz_test target corpus)
                    --generator "${CMAKE_GENERATOR}"
                    --target ${target}
                    --corpus ${corpus}
-                   --time 20)
+                   --time 12)
   # One configure/build tree for every target: never two at once.
   set_tests_properties(${target}_short PROPERTIES
     LABELS fuzz TIMEOUT 900 SKIP_RETURN_CODE 77 RESOURCE_LOCK distcomm_fuzz_build)

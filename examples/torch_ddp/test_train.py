@@ -54,11 +54,11 @@ def params(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--distcomm-run")
-    ap.add_argument("--quick", action="store_true", help="fewer steps")
+    ap.add_argument("--quick", action="store_true", help="fewer steps; the fp16 run is the one distcomm-run starts")
     a = ap.parse_args()
     import torch
     tmp = tempfile.mkdtemp(prefix="torch_ddp-test-")
-    steps = "12" if a.quick else "20"
+    steps = "8" if a.quick else "20"
 
     # distcomm against gloo, same start, same data.
     saved = {}
@@ -88,12 +88,16 @@ def main():
         check(torch.equal(det[1], det[2]), "deterministic: 1 and 2 processes bitwise equal")
         check(torch.equal(det[1], det[4]), "deterministic: 1 and 4 processes bitwise equal")
 
-    # DDP's fp16 compression hook, under Join with uneven inputs (rank 1 runs one step more).
-    rc, losses, _ = run(2, ["--backend", "distcomm", "--steps", steps, "--fp16-hook", "--uneven"])
+    # DDP's fp16 compression hook, under Join with uneven inputs (rank 1 runs one step more);
+    # --quick starts it with distcomm-run, when given, instead of a run of its own.
+    quick_launcher = a.distcomm_run if a.quick else None
+    rc, losses, _ = run(2, ["--backend", "distcomm", "--steps", steps, "--fp16-hook", "--uneven"],
+                        launcher=quick_launcher)
     check(rc == 0 and losses and losses[-1] < losses[0],
-          f"fp16 compression hook under Join, uneven inputs {losses}")
+          f"fp16 compression hook under Join, uneven inputs {losses}"
+          + (", started by distcomm-run" if quick_launcher else ""))
 
-    if a.distcomm_run:
+    if a.distcomm_run and not quick_launcher:
         rc, losses, _ = run(2, ["--backend", "distcomm", "--steps", "4"], launcher=a.distcomm_run)
         check(rc == 0 and len(losses) >= 1, "started by distcomm-run")
 

@@ -91,9 +91,12 @@ sanitize_flags=()
 case "${sanitize^^}" in
   ON|TRUE|YES|1) sanitize_flags=(-fsanitize=address,undefined) ;;
 esac
-# The programs compiled from pkg-config's flags get the build type's flags (Release: -O3
-# -DNDEBUG), as the CMake projects below do through CMAKE_BUILD_TYPE.
-read -r -a config_flags <<<"$(from_cache "CMAKE_CXX_FLAGS_${config^^}")"
+# The programs compiled from pkg-config's flags get the build type's flags, as the CMake projects
+# below do through CMAKE_CXX_FLAGS_<CONFIG>, but at -O1 in place of -O2 or -O3: they check what the
+# package provides (flags, targets, libraries), not the code the compiler makes, and -O1 halves
+# their build (examples/libtorch: 60 s at -O3, 2-core VM, 2026-11-27).
+read -r -a config_flags <<<"$(from_cache "CMAKE_CXX_FLAGS_${config^^}" |
+  sed -E 's/(^| )-O[23s]( |$)/\1-O1\2/g')"
 compile_flags=(${config_flags[@]+"${config_flags[@]}"} ${sanitize_flags[@]+"${sanitize_flags[@]}"})
 
 # Only the two components a package is made of (libraries, headers, CMake and pkg-config files):
@@ -120,7 +123,8 @@ has_component() { [[ " ${components[*]} " == *" $1 "* ]]; }
 build_against_prefix() {
   local source="$1" name="$2" exe="$3" found bin
   local configure_args=(-G "$generator" "-DCMAKE_BUILD_TYPE=$config" "-DCMAKE_PREFIX_PATH=$prefix"
-                        -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_COMPILER=$cxx")
+                        -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_COMPILER=$cxx"
+                        "-DCMAKE_CXX_FLAGS_${config^^}=${config_flags[*]}")
   [[ -n "$make_program" ]] && configure_args+=("-DCMAKE_MAKE_PROGRAM=$make_program")
   if ((${#sanitize_flags[@]})); then
     configure_args+=("-DCMAKE_CXX_FLAGS=${sanitize_flags[*]}"
