@@ -23,14 +23,14 @@ required_conan_version = ">=2.0"
 # Backends that an option switches on: DISTCOMM_OPTIONAL_BACKENDS of the root CMakeLists.txt, in
 # its order (tests/packaging/check_recipes.py checks that they agree). The CUDA layer's option
 # with_cuda is passed on its own in generate().
-_BACKENDS = ("mpi", "gloo", "ucx", "nccl")
+_BACKENDS = ("mpi", "gloo", "ucx", "shm", "nccl")
 
 
 class DistCommConan(ConanFile):
     name = "distcomm"
     description = "Embeddable gradient averaging for data-parallel training"
     license = "Apache-2.0"
-    topics = ("allreduce", "collectives", "data-parallel", "mpi", "gloo", "ucx", "nccl")
+    topics = ("allreduce", "collectives", "data-parallel", "mpi", "gloo", "ucx", "shm", "nccl")
     package_type = "library"
     settings = "os", "arch", "compiler", "build_type"
     options = {
@@ -39,17 +39,20 @@ class DistCommConan(ConanFile):
         "with_mpi": [True, False],
         "with_gloo": [True, False],
         "with_ucx": [True, False],
+        "with_shm": [True, False],
         "with_nccl": [True, False],
         "with_cuda": [True, False],
     }
     # Core and the local backend only, unless a transport is asked for: each needs a system
-    # library (see above).
+    # library (see above), but shm (Linux only), which is off like the others so that an option
+    # means the same in Conan as a vcpkg feature.
     default_options = {
         "shared": False,
         "fPIC": True,
         "with_mpi": False,
         "with_gloo": False,
         "with_ucx": False,
+        "with_shm": False,
         "with_nccl": False,
         "with_cuda": False,
     }
@@ -67,6 +70,8 @@ class DistCommConan(ConanFile):
     def config_options(self):
         if self.settings.os == "Windows":
             del self.options.fPIC
+        if self.settings.os != "Linux":
+            del self.options.with_shm  # futexes and pidfds are Linux's
 
     def configure(self):
         if self.options.shared:
@@ -200,6 +205,13 @@ class DistCommConan(ConanFile):
             ucx.libs = ["distcomm_ucx"]
             ucx.requires = ["local"]  # and core through it, as DistComm::ucx and distcomm-ucx.pc
             self._add_system_module(ucx, ("ucx",))
+
+        if self.options.get_safe("with_shm"):
+            shm = self.cpp_info.components["shm"]
+            shm.set_property("cmake_target_name", "DistComm::shm")
+            shm.set_property("pkg_config_name", "distcomm-shm")
+            shm.libs = ["distcomm_shm"]
+            shm.requires = ["local"]  # and core through it, as DistComm::shm and distcomm-shm.pc
 
         # The CUDA toolkit's folders, for the components whose headers include CUDA's.
         cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")

@@ -122,6 +122,10 @@ const std::vector<setting_info> rendezvous_rows = {
      "Names this rank's job in the store handshake; a store refuses a rank of another job."},
     {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
      "Network interface or address the gloo backend's TCP transport uses."},
+    {"DISTCOMM_SHM_RING", "1M",
+     "Bytes of each ordered pair's message ring in the shm backend (at least 4K)."},
+    {"DISTCOMM_SHM_CHUNK", "4M",
+     "Bytes per rank the shm backend's collectives stage at a time, twice (at least 4K)."},
     {"DISTCOMM_PLUGIN_PATH", "(unset)",
      "Colon-separated folders searched for backend plugins (libdistcomm_backend_<name>.so) "
      "before the installation's plugin folder."},

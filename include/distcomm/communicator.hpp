@@ -228,22 +228,28 @@ class communicator {
   // with a tag of the user's (0 <= tag < 2^30) on a tag space no collective uses. Messages of one
   // sender, receiver and tag match in the order they were sent; a receive whose size differs from
   // the send is a mismatch_error (no truncation), and each has the communicator's deadline. They
-  // run in order with this communicator's collectives, as on a stream: two ranks that both send
-  // before they receive wait for each other (until the deadline) unless the messages are small;
-  // exchange with sendrecv, which posts both before waiting for either.
-  void send(tensor_view data, int peer, int tag = 0) { run(p2p_call(true, data, peer, tag)); }
-  work isend(tensor_view data, int peer, int tag = 0) {
-    return post(p2p_call(true, data, peer, tag));
+  // are posted in order with this communicator's collectives, as on a stream. The blocking forms
+  // also complete there: two ranks that both send() before they recv() wait for each other (until
+  // the deadline) unless the messages are small. The non-blocking forms complete in the
+  // background, the calls after them starting meanwhile (async/progress.hpp): both ranks may
+  // isend, then irecv, and wait for both; sendrecv is the blocking form of that exchange.
+  void send(tensor_view data, int peer, int tag = 0) {
+    run(waited(p2p_call(true, data, peer, tag)));
   }
-  void recv(tensor_view data, int peer, int tag = 0) { run(p2p_call(false, data, peer, tag)); }
+  work isend(tensor_view data, int peer, int tag = 0) {
+    return post_in_flight(p2p_call(true, data, peer, tag));
+  }
+  void recv(tensor_view data, int peer, int tag = 0) {
+    run(waited(p2p_call(false, data, peer, tag)));
+  }
   work irecv(tensor_view data, int peer, int tag = 0) {
-    return post(p2p_call(false, data, peer, tag));
+    return post_in_flight(p2p_call(false, data, peer, tag));
   }
   void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
-    run(sendrecv_call(out, dest, in, source, tag));
+    run(waited(sendrecv_call(out, dest, in, source, tag)));
   }
   work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
-    return post(sendrecv_call(out, dest, in, source, tag));
+    return post_in_flight(sendrecv_call(out, dest, in, source, tag));
   }
 
   // The first tag of users' messages; below it, the collectives' own.
@@ -381,6 +387,46 @@ class communicator {
     state& s = get(c.what);
     return s.progress.post(
         [&s, c = std::move(c), keep...]() mutable { guarded(s, c.what, c.fp, c.body); });
+  }
+
+  // Messages: a call whose body posts them and returns their requests.
+  using requests = std::vector<typename Backend::request>;
+  // ... waited for where it runs (the blocking forms),
+  template <class Body>
+  static auto waited(call<Body> c) {
+    return make_call(c.what, c.fp, [body = std::move(c.body)](state& s, deadline until) mutable {
+      for (auto& r : body(s, until)) r.wait(until);
+    });
+  }
+  // ... or left in flight, for the progress thread to poll (the non-blocking forms). Past the
+  // deadline, the request's wait() raises the transport's timeout, naming the peer; a failure
+  // leaves the communicator unusable, as in a collective.
+  template <class Body, class... Keep>
+  work post_in_flight(call<Body> c, Keep... keep) {
+    state& s = get(c.what);
+    return s.progress.post_in_flight([&s, c = std::move(c), keep...]() mutable -> detail::poll_fn {
+      auto posted = std::make_shared<requests>();
+      deadline until{};
+      auto post = [&](state& st, deadline u) {
+        until = u;
+        *posted = c.body(st, u);
+      };
+      guarded(s, c.what, c.fp, post);
+      if (posted->empty()) return {};
+      return [&s, what = c.what, posted, until, keep...]() -> bool {
+        try {
+          for (auto& r : *posted) {
+            if (r.test()) continue;
+            if (clock::now() < until) return false;
+            r.wait(until);
+          }
+          return true;
+        } catch (const std::exception& e) {
+          fail(s, what, e);
+          throw;
+        }
+      };
+    });
   }
 
   auto allreduce_call(tensor_view in, tensor_view out, reduce_op op) const {
@@ -579,13 +625,15 @@ class communicator {
     check_peer(what, peer, tag);
     const tag_t t = user_tag_base + static_cast<tag_t>(tag);
     auto fp = fingerprint(check::call_kind::point_to_point, data.count, data.type);
-    return make_call(what, fp, [data, peer, t, sending](state& s, deadline until) {
-      if (data.count == 0) return;
+    return make_call(what, fp, [data, peer, t, sending](state& s, deadline) {
+      requests posted;
+      if (data.count == 0) return posted;
       if (sending) {
-        s.backend.isend(data.data, data.bytes(), peer, t).wait(until);
+        posted.push_back(s.backend.isend(data.data, data.bytes(), peer, t));
       } else {
-        s.backend.irecv(data.data, data.bytes(), peer, t).wait(until);
+        posted.push_back(s.backend.irecv(data.data, data.bytes(), peer, t));
       }
+      return posted;
     });
   }
 
@@ -596,12 +644,11 @@ class communicator {
     check_peer("sendrecv", source, tag);
     const tag_t t = user_tag_base + static_cast<tag_t>(tag);
     auto fp = fingerprint(check::call_kind::point_to_point, out.count, out.type);
-    return make_call("sendrecv", fp, [out, dest, in, source, t](state& s, deadline until) {
-      std::optional<typename Backend::request> r, w;
-      if (in.count != 0) r.emplace(s.backend.irecv(in.data, in.bytes(), source, t));
-      if (out.count != 0) w.emplace(s.backend.isend(out.data, out.bytes(), dest, t));
-      if (r) r->wait(until);
-      if (w) w->wait(until);
+    return make_call("sendrecv", fp, [out, dest, in, source, t](state& s, deadline) {
+      requests posted;
+      if (in.count != 0) posted.push_back(s.backend.irecv(in.data, in.bytes(), source, t));
+      if (out.count != 0) posted.push_back(s.backend.isend(out.data, out.bytes(), dest, t));
+      return posted;
     });
   }
 

@@ -44,7 +44,7 @@ void fails_after(double seconds, Make&& make) {
   }
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   ::alarm(0);
-  char limit[32];
+  char limit[64];
   std::snprintf(limit, sizeof limit, "after %g s (DISTCOMM_TIMEOUT)", seconds);
   CHECK_HAS(what, limit);
   CHECK_HAS(what, "is every rank running?");

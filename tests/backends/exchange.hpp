@@ -213,6 +213,40 @@ void check_rooted(Comm& comm, int me, int p, dc::dtype t, std::size_t count, int
   }
 }
 
+// Non-blocking messages complete in the background, the calls after them starting meanwhile:
+//  * every rank isends 8 MiB to its right, then irecvs 8 MiB from its left, then waits for both
+//    (torch's batch_isend_irecv), too large to leave by any transport's eager path;
+//  * a receive in flight does not hold back a send behind it whose answer it waits for: every
+//    rank irecvs tag 5 from its left, isends tag 6 to its right, and only once tag 6 has come
+//    from its left, sends tag 5 to its right;
+//  * a collective started while messages are in flight runs and completes.
+template <class Comm>
+void check_messages_in_flight(Comm& comm, int me, int p) {
+  const int right = (me + 1) % p;
+  const int left = (me + p - 1) % p;
+  constexpr std::size_t big = std::size_t{2} << 20;  // floats: 8 MiB
+  std::vector<float> out(big, static_cast<float>(me)), in(big, -1.0f);
+  dc::work sent = comm.isend(dc::view(out.data(), out.size()), right, 4);
+  dc::work got = comm.irecv(dc::view(in.data(), in.size()), left, 4);
+  got.wait();
+  sent.wait();
+  CHECK(in.front() == static_cast<float>(left));
+  CHECK(in.back() == static_cast<float>(left));
+
+  std::int64_t answer = -1, question = -1, mine = me, sum = 0;
+  dc::work asked = comm.irecv(dc::view(&answer, 1), left, 5);
+  dc::work sent6 = comm.isend(dc::view(&mine, 1), right, 6);
+  dc::work total = comm.iallreduce(dc::view(&mine, 1), dc::view(&sum, 1), dc::reduce_op::sum);
+  comm.recv(dc::view(&question, 1), left, 6);
+  comm.send(dc::view(&mine, 1), right, 5);
+  asked.wait();
+  sent6.wait();
+  total.wait();
+  CHECK(question == left);
+  CHECK(answer == left);
+  CHECK(sum == static_cast<std::int64_t>(p) * (p - 1) / 2);
+}
+
 // Users' messages: a pipeline (each rank receives from the one before and sends on), an
 // exchange around the ring with sendrecv, blocking and not, and arguments refused at once.
 template <class Comm>
@@ -241,6 +275,7 @@ void check_messages(Comm& comm, int me, int p) {
   comm.isendrecv(dc::view(out.data(), 7), left, dc::view(in.data(), 7), right).wait();
   CHECK(in[6] == right);
   CHECK(in[7] == -1.0);
+  check_messages_in_flight(comm, me, p);
   CHECK_THROWS_AS(comm.send(dc::view(v.data(), 1), me, 0), dc::invalid_argument_error);
   CHECK_THROWS_AS(comm.recv(dc::view(v.data(), 1), right, -1), dc::invalid_argument_error);
   CHECK_THROWS_AS((void)comm.isend(dc::view(v.data(), 1), right, 1 << 30),

@@ -11,7 +11,8 @@
 #     Under mpirun, Open MPI's policy (abort the job when a rank dies or exits non-zero) may end
 #     survivors before they report: accepted when mpirun says so, but after SIGSTOP at least one
 #     survivor must have reported; a survivor's next allreduce then fails at once;
-#   - no process of the job is left (a victim still stopped is killed, and the test fails).
+#   - no process of the job is left (a victim still stopped is killed, and the test fails);
+#   - shm: no shared-memory segment of the job's processes is left in /dev/shm.
 # usage: fault.sh --backend B --signal KILL|STOP --program PATH [--strategy S] [--np N]
 #                 [--during MS] [--check-names] (--distcomm-run PATH | --mpiexec PATH [--np-flag F])
 set -u
@@ -168,6 +169,19 @@ while :; do
   fi
   sleep 0.25
 done
+
+# The shm backend's segments, named after the process that made them, are all gone: unlinked once
+# every rank had mapped them, long before the fault.
+if [ "$backend" = shm ]; then
+  pids=$(sed -n 's/^rank [0-9]*: pid \([0-9]*\)$/\1/p' "$log" | tr '\n' '|')
+  if [ -z "$pids" ]; then
+    say_fail "no rank printed its pid"
+  else
+    leaked=$(ls /dev/shm 2>/dev/null | grep -E "^distcomm-shm\.[0-9]+\.(${pids%|})\.")
+    [ -z "$leaked" ] || say_fail "segments left in /dev/shm: $leaked"
+    echo "/dev/shm: nothing of pids ${pids%|} left"
+  fi
+fi
 
 [ $fail -eq 0 ] && echo "PASS: $backend, $strategy, SIG$signal"
 exit $fail

@@ -7,6 +7,8 @@
 // the code of that error kind (below). tests/faults/fault.sh checks the lines.
 //   distcomm-run -np 3 distcomm-test-fault --backend gloo --victim 1 --signal STOP
 //   mpirun -n 3 distcomm-test-fault --backend mpi --victim 1 --signal KILL
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -29,6 +31,9 @@
 #endif
 #ifdef DISTCOMM_FAULT_UCX
 #include "distcomm/backends/ucx.hpp"
+#endif
+#ifdef DISTCOMM_FAULT_SHM
+#include "distcomm/backends/shm.hpp"
 #endif
 
 namespace dc = distcomm;
@@ -143,6 +148,7 @@ template <class Comm>
 int loop(Comm& comm, const options& o) {
   const int rank = comm.rank();
   if (o.ignore_sigterm && rank != o.victim) std::signal(SIGTERM, SIG_IGN);
+  std::fprintf(stderr, "rank %d: pid %d\n", rank, static_cast<int>(::getpid()));
   const auto count = static_cast<std::size_t>(o.mib * (1 << 20) / sizeof(float));
   const std::vector<float> in(count, 1.0f);
   std::vector<float> out(count);
@@ -223,6 +229,13 @@ int run(const options& o) {
     return with_strategy(dc::ucx_backend(dc::bootstrap(cfg), cfg.timeout), cfg, o);
   }
 #endif
+#ifdef DISTCOMM_FAULT_SHM
+  if (o.backend == "shm") {
+    dc::shm_options so;
+    so.timeout = cfg.timeout;
+    return with_strategy(dc::shm_backend(dc::bootstrap(cfg), so), cfg, o);
+  }
+#endif
   throw dc::invalid_argument_error("backend '" + o.backend + "' is not built");
 }
 
@@ -233,7 +246,7 @@ int main(int argc, char** argv) {
   CLI::App app{"DistComm fault test: allreduce in a loop until one rank kills or stops itself"};
   app.add_option("--backend", o.backend, "Transport")
       ->required()
-      ->check(CLI::IsMember({"mpi", "gloo", "ucx"}));
+      ->check(CLI::IsMember({"mpi", "gloo", "ucx", "shm"}));
   app.add_option("--strategy", o.strategy, "Allreduce algorithm")
       ->check(CLI::IsMember({"auto", "ring", "tree", "ps", "native"}));
   app.add_option("--victim", o.victim, "Rank that signals itself (-1: none)");

@@ -38,6 +38,8 @@ PYBIND11_MODULE(_C, m) {
         py::arg("timeout"),
         "The process group of rank `rank` of `size`, connected through `store` within `timeout`");
   m.def("backend_for", &distcomm::torch_binding::backend_for, py::arg("size"),
-        "The DistComm backend a group of `size` ranks gets when DISTCOMM_BACKEND names none");
+        py::arg("one_host") = true,
+        "The DistComm backend a group of `size` ranks (all on one host, or not) gets when "
+        "DISTCOMM_BACKEND names none");
   m.attr("__version__") = DISTCOMM_TORCH_VERSION;
 }

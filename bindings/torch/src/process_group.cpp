@@ -55,13 +55,13 @@ std::shared_ptr<store> store_of(const c10::intrusive_ptr<c10d::Store>& s, const 
 any_communicator connect(const std::shared_ptr<store>& kv, int rank, int size, const config& cfg) {
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "distcomm: rank ", rank,
               " is not a rank of a group of ", size);
+  job j;
+  j.world = world_of(*kv, rank, size);
+  j.kv = kv;
   init_options o;
-  o.backend = cfg.backend.empty() ? backend_for(size) : cfg.backend;
+  o.backend = cfg.backend.empty() ? backend_for(size, j.world.single_node()) : cfg.backend;
   o.settings = cfg;
   try {
-    job j;
-    j.world = world_of(*kv, rank, size);
-    j.kv = kv;
     return init(j, o);
   } catch (const error& e) {
     TORCH_CHECK(false, "distcomm: rank ", rank, " of ", size, " could not connect over ", o.backend,
@@ -77,10 +77,10 @@ std::vector<at::Tensor> flat_list(const std::vector<std::vector<at::Tensor>>& li
 
 }  // namespace
 
-std::string backend_for(int size) {
+std::string backend_for(int size, bool one_host) {
   if (size <= 1) return "local";
-  for (const char* name : {"gloo", "ucx"}) {
-    if (is_built_backend(name)) return name;
+  for (const char* name : {one_host ? "shm" : "", "gloo", "ucx"}) {
+    if (*name != '\0' && is_built_backend(name)) return name;
   }
   TORCH_CHECK(false, "distcomm: this DistComm has no backend that connects processes (built: ",
               join_names(built_backends()),

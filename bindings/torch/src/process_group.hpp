@@ -85,9 +85,9 @@ class process_group final : public c10d::ProcessGroup {
 };
 
 // The transport a group of `size` ranks gets when DISTCOMM_BACKEND names none: local for one
-// rank, else gloo, else ucx (whichever is built; docs/PERFORMANCE.md, "Allreduce, 2
-// processes": gloo's ring moves the most at the sizes DDP's buckets have). mpi only when named,
-// and only for the whole MPI_COMM_WORLD.
-std::string backend_for(int size);
+// rank; shm when every rank runs on this host; else gloo, else ucx (whichever is built;
+// docs/PERFORMANCE.md, "Allreduce, 2 processes": gloo's ring moves the most at the sizes DDP's
+// buckets have). mpi only when named, and only for the whole MPI_COMM_WORLD.
+std::string backend_for(int size, bool one_host);
 
 }  // namespace distcomm::torch_binding

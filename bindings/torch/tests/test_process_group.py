@@ -173,6 +173,16 @@ def run_rank(rank, world, url):
             dist.send(t, nxt, tag=3)
         check(bool((got == prv).all()), f"recv from {prv}: {got[:3]}")
 
+        # batch_isend_irecv: every rank sends 16 MiB right and receives 16 MiB from the left,
+        # all posted before any is waited for (the sends too large to leave eagerly)
+        big = torch.full((4 << 20,), float(r))
+        into = torch.empty(4 << 20)
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, big, nxt, tag=4),
+                                        dist.P2POp(dist.irecv, into, prv, tag=4)])
+        for w in works:
+            w.wait()
+        check(bool((into == prv).all()), f"batch_isend_irecv, 16 MiB from {prv}: {into[:3]}")
+
     dist.barrier()
 
     # subgroups: everyone, then each rank alone, then the last two

@@ -32,6 +32,9 @@
 #if DISTCOMM_BUILT_UCX
 #include "distcomm/backends/ucx.hpp"
 #endif
+#if DISTCOMM_BUILT_SHM
+#include "distcomm/backends/shm.hpp"
+#endif
 #if DISTCOMM_BUILT_NCCL
 #include "distcomm/backends/nccl.hpp"
 #endif
@@ -97,6 +100,13 @@ inline ucx_backend make_ucx(const config& cfg, const job* given) {
   return ucx_backend(given ? *given : shared_bootstrap(cfg), cfg.timeout);
 }
 #endif
+#if DISTCOMM_BUILT_SHM
+inline shm_backend make_shm(const config& cfg, const job* given) {
+  shm_options o;
+  o.timeout = cfg.timeout;
+  return shm_backend(given ? *given : shared_bootstrap(cfg), o);
+}
+#endif
 #if DISTCOMM_BUILT_NCCL
 inline nccl_backend make_nccl(const config& cfg, const job* given) {
   return nccl_backend(given ? *given : shared_bootstrap(cfg), -1,
@@ -122,6 +132,12 @@ inline const auto backend_table = std::make_tuple(
     ,
     backend_entry<ucx_backend>{
         {"ucx", "UCX tag matching (TCP, RDMA), meeting through the job's store"}, &make_ucx}
+#endif
+#if DISTCOMM_BUILT_SHM
+    ,
+    backend_entry<shm_backend>{
+        {"shm", "shared memory between the processes of one host, meeting through the job's store"},
+        &make_shm}
 #endif
 #if DISTCOMM_BUILT_NCCL
     ,

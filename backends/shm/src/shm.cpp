@@ -1,0 +1,836 @@
+#include "distcomm/backends/shm.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/partition.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/group/members.hpp"
+#include "distcomm/rendezvous/hash_store.hpp"
+#include "distcomm/rendezvous/prefix_store.hpp"
+#include "distcomm/strategy/table.hpp"
+#include "segment.hpp"
+
+namespace distcomm {
+namespace detail {
+
+namespace {
+
+constexpr std::size_t header_bytes = 16;  // a message's tag and size, ahead of its bytes
+// A waiter polls this long before it sleeps on its futex: a peer on another core usually
+// answers within it, and a sleep costs a futex wake-up on both sides (about 5-10 us here).
+constexpr std::chrono::microseconds spin_for{20};
+// A sleeping waiter wakes at least this often to see whether a peer it waits for has exited.
+constexpr std::chrono::milliseconds liveness_every{10};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+void ring_write(unsigned char* data, std::size_t cap, std::uint64_t pos, const void* src,
+                std::size_t n) {
+  const std::size_t off = static_cast<std::size_t>(pos % cap);
+  const std::size_t first = std::min(n, cap - off);
+  std::memcpy(data + off, src, first);
+  if (n > first) std::memcpy(data, static_cast<const unsigned char*>(src) + first, n - first);
+}
+
+void ring_read(const unsigned char* data, std::size_t cap, std::uint64_t pos, void* dst,
+               std::size_t n) {
+  const std::size_t off = static_cast<std::size_t>(pos % cap);
+  const std::size_t first = std::min(n, cap - off);
+  std::memcpy(dst, data + off, first);
+  if (n > first) std::memcpy(static_cast<unsigned char*>(dst) + first, data, n - first);
+}
+
+std::size_t setting_bytes(std::size_t given, const char* variable, std::size_t fallback,
+                          std::size_t at_least) {
+  std::size_t v = given;
+  if (v == 0) {
+    const char* env = std::getenv(variable);
+    v = env != nullptr && *env != '\0' ? parse_bytes(env, variable) : fallback;
+  }
+  if (v < at_least) {
+    throw invalid_argument_error(std::string("shm: ") + variable + " is " + std::to_string(v) +
+                                 " bytes; it must be at least " + std::to_string(at_least));
+  }
+  return (v + shm::line - 1) / shm::line * shm::line;
+}
+
+}  // namespace
+
+enum class shm_op_state { pending, done, failed, cancelled };
+
+struct shm_op {
+  bool is_send = false;
+  int peer = 0;
+  tag_t tag = 0;
+  std::size_t bytes = 0;
+  const unsigned char* src = nullptr;  // a send's next byte to write
+  unsigned char* dst = nullptr;        // a receive's buffer
+  std::size_t moved = 0;
+  bool header_written = false;                      // a send
+  shm_op_state state = shm_op_state::pending;
+  std::exception_ptr failure;                       // when failed
+  std::unique_ptr<unsigned char[]> owned;           // a detached or cancelled send's bytes
+
+  std::string describe() const {
+    return std::string(is_send ? "send of " : "receive of ") + std::to_string(bytes) + " bytes " +
+           (is_send ? "to" : "from") + " rank " + std::to_string(peer) + " (tag " +
+           std::to_string(tag) + ")";
+  }
+};
+
+namespace {
+
+// A message that arrived before its receive was posted, copied aside.
+struct unexpected_msg {
+  tag_t tag = 0;
+  std::size_t bytes = 0;
+  std::unique_ptr<unsigned char[]> data;
+  bool complete = false;
+  std::shared_ptr<shm_op> claimed;  // a receive posted while the bytes were still arriving
+};
+
+// What comes from one peer.
+struct inbound {
+  std::deque<std::shared_ptr<shm_op>> posted;  // receives no message matched yet, in order
+  std::list<unexpected_msg> unexpected;        // in arrival order
+  // The message being read from the ring.
+  bool reading = false;
+  tag_t tag = 0;
+  std::size_t bytes = 0;
+  std::size_t moved = 0;
+  std::shared_ptr<shm_op> into;     // the receive it goes to, or
+  unexpected_msg* aside = nullptr;  // where it is kept until one is posted, or neither: dropped
+};
+
+// What goes to one peer: sends in posting order, the first one being written.
+struct outbound {
+  std::deque<std::shared_ptr<shm_op>> queue;
+};
+
+}  // namespace
+
+struct shm_state {
+  std::mutex mu;  // the queues below, and progress()
+  int rank = 0;
+  int size = 1;
+  std::vector<shm::segment> seg;  // every rank's, this one's included
+  std::vector<shm::process_watch> watch;
+  std::deque<inbound> in;  // by peer (a deque: an inbound does not move)
+  std::deque<outbound> out;
+  std::weak_ptr<store> kv;
+  std::string prefix;
+  shm_options opts;
+  std::uint64_t generation = 0;  // collectives entered
+  std::uint64_t staged = 0;      // chunks staged: the halves of the areas alternate
+  std::string own_name;          // until unlinked
+  bool aborted = false;
+  std::string abort_reason;
+  clock::time_point next_liveness_check{};  // of test()
+
+  shm::header& me() const { return seg[static_cast<std::size_t>(rank)].head(); }
+  shm::segment& of(int q) { return seg[static_cast<std::size_t>(q)]; }
+
+  ~shm_state() {
+    // Detached sends still queued get a moment to move (backend.hpp: delivered after the
+    // backend is gone); the segments stay mapped by the peers that read them.
+    const auto until = clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+      bool queued = false;
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        if (!aborted) progress();
+        for (const outbound& o : out) queued = queued || !o.queue.empty();
+      }
+      if (!queued || aborted || clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (!own_name.empty()) shm::unlink(own_name);
+  }
+
+  // ---- point-to-point, under mu ------------------------------------------------------------
+
+  void progress() {
+    for (int d = 0; d < size; ++d) {
+      if (d != rank) push(d);
+    }
+    for (int s = 0; s < size; ++s) {
+      if (s != rank) pull(s);
+    }
+  }
+
+  // Writes what fits of the queued sends to d into the ring.
+  void push(int d) {
+    outbound& o = out[static_cast<std::size_t>(d)];
+    if (o.queue.empty()) return;
+    shm::segment& mine = of(rank);
+    shm::ring_header& r = mine.ring(d);
+    unsigned char* data = mine.ring_data(d);
+    const std::size_t cap = mine.ring_bytes();
+    std::uint64_t head = r.head.load(std::memory_order_relaxed);
+    const std::uint64_t tail = r.tail.load(std::memory_order_acquire);
+    const std::uint64_t first = head;
+    while (!o.queue.empty()) {
+      shm_op& op = *o.queue.front();
+      std::size_t space = cap - static_cast<std::size_t>(head - tail);
+      if (!op.header_written) {
+        if (space < header_bytes) break;
+        const std::uint64_t h[2] = {op.tag, op.bytes};
+        ring_write(data, cap, head, h, header_bytes);
+        head += header_bytes;
+        space -= header_bytes;
+        op.header_written = true;
+      }
+      const std::size_t n = std::min(space, op.bytes - op.moved);
+      if (n != 0) {
+        ring_write(data, cap, head, op.src, n);
+        op.src += n;
+        op.moved += n;
+        head += n;
+      }
+      if (op.moved < op.bytes) break;
+      if (op.state == shm_op_state::pending) op.state = shm_op_state::done;
+      op.owned.reset();
+      o.queue.pop_front();
+    }
+    if (head != first) {
+      r.head.store(head, std::memory_order_release);
+      shm::bump(of(d).head());
+    }
+  }
+
+  // Reads what has arrived from s.
+  void pull(int s) {
+    inbound& in_s = in[static_cast<std::size_t>(s)];
+    shm::segment& theirs = of(s);
+    shm::ring_header& r = theirs.ring(rank);
+    const unsigned char* data = theirs.ring_data(rank);
+    const std::size_t cap = theirs.ring_bytes();
+    std::uint64_t tail = r.tail.load(std::memory_order_relaxed);
+    const std::uint64_t head = r.head.load(std::memory_order_acquire);
+    const std::uint64_t first = tail;
+    for (;;) {
+      const std::size_t avail = static_cast<std::size_t>(head - tail);
+      if (!in_s.reading) {
+        if (avail < header_bytes) break;
+        std::uint64_t h[2];
+        ring_read(data, cap, tail, h, header_bytes);
+        tail += header_bytes;
+        start_message(s, h[0], static_cast<std::size_t>(h[1]));
+        if (in_s.bytes == 0) finish_message(s);
+        continue;
+      }
+      const std::size_t n = std::min(avail, in_s.bytes - in_s.moved);
+      if (n == 0) break;
+      unsigned char* dst = in_s.into    ? in_s.into->dst + in_s.moved
+                           : in_s.aside ? in_s.aside->data.get() + in_s.moved
+                                        : nullptr;
+      if (dst != nullptr) ring_read(data, cap, tail, dst, n);
+      tail += n;
+      in_s.moved += n;
+      if (in_s.into) in_s.into->moved = in_s.moved;
+      if (in_s.moved < in_s.bytes) break;
+      finish_message(s);
+    }
+    if (tail != first) {
+      r.tail.store(tail, std::memory_order_release);
+      shm::bump(theirs.head());
+    }
+  }
+
+  void fail(shm_op& op, std::exception_ptr e) {
+    op.state = shm_op_state::failed;
+    op.failure = std::move(e);
+  }
+
+  std::exception_ptr size_mismatch(int s, tag_t tag, std::size_t sent, std::size_t expected) {
+    return std::make_exception_ptr(mismatch_error(
+        "shm: size mismatch between rank " + std::to_string(s) + " sending " +
+        std::to_string(sent) + " bytes and rank " + std::to_string(rank) + " expecting " +
+        std::to_string(expected) + " bytes (tag " + std::to_string(tag) +
+        "): the ranks called different collectives or sizes"));
+  }
+
+  void start_message(int s, tag_t tag, std::size_t bytes) {
+    inbound& in_s = in[static_cast<std::size_t>(s)];
+    in_s.reading = true;
+    in_s.tag = tag;
+    in_s.bytes = bytes;
+    in_s.moved = 0;
+    in_s.into = nullptr;
+    in_s.aside = nullptr;
+    const auto it = std::find_if(in_s.posted.begin(), in_s.posted.end(),
+                                 [&](const std::shared_ptr<shm_op>& op) { return op->tag == tag; });
+    if (it != in_s.posted.end()) {
+      std::shared_ptr<shm_op> op = *it;
+      in_s.posted.erase(it);
+      if (op->bytes != bytes) {
+        fail(*op, size_mismatch(s, tag, bytes, op->bytes));  // the bytes are dropped
+      } else {
+        in_s.into = std::move(op);
+      }
+      return;
+    }
+    unexpected_msg& m = in_s.unexpected.emplace_back();
+    m.tag = tag;
+    m.bytes = bytes;
+    m.data.reset(new unsigned char[std::max<std::size_t>(bytes, 1)]);
+    in_s.aside = &m;
+  }
+
+  void finish_message(int s) {
+    inbound& in_s = in[static_cast<std::size_t>(s)];
+    if (in_s.into) {
+      if (in_s.into->state == shm_op_state::pending) in_s.into->state = shm_op_state::done;
+    } else if (in_s.aside != nullptr) {
+      unexpected_msg& m = *in_s.aside;
+      m.complete = true;
+      if (m.claimed) {
+        deliver(m, *m.claimed);
+        in_s.unexpected.remove_if([&](const unexpected_msg& x) { return &x == &m; });
+      }
+    }
+    in_s.reading = false;
+    in_s.into = nullptr;
+    in_s.aside = nullptr;
+  }
+
+  static void deliver(unexpected_msg& m, shm_op& op) {
+    if (m.bytes != 0) std::memcpy(op.dst, m.data.get(), m.bytes);
+    op.moved = m.bytes;
+    if (op.state == shm_op_state::pending) op.state = shm_op_state::done;
+  }
+
+  void post_recv(const std::shared_ptr<shm_op>& op) {
+    inbound& in_s = in[static_cast<std::size_t>(op->peer)];
+    for (auto it = in_s.unexpected.begin(); it != in_s.unexpected.end(); ++it) {
+      if (it->tag != op->tag || it->claimed) continue;
+      if (it->bytes != op->bytes) {
+        fail(*op, size_mismatch(op->peer, op->tag, it->bytes, op->bytes));
+        if (in_s.aside == &*it) in_s.aside = nullptr;  // the rest of it is dropped
+        in_s.unexpected.erase(it);
+      } else if (it->complete) {
+        deliver(*it, *op);
+        in_s.unexpected.erase(it);
+      } else {
+        it->claimed = op;
+      }
+      return;
+    }
+    in_s.posted.push_back(op);
+  }
+
+  // A pending request given up by its owner: the caller's buffer is not touched afterwards.
+  void cancel(const std::shared_ptr<shm_op>& op) {
+    if (op->state != shm_op_state::pending) return;
+    op->state = shm_op_state::cancelled;
+    if (op->is_send) {
+      outbound& o = out[static_cast<std::size_t>(op->peer)];
+      if (!op->header_written) {
+        o.queue.erase(std::remove(o.queue.begin(), o.queue.end(), op), o.queue.end());
+      } else if (!op->owned) {
+        // Its header and first bytes are in the ring: the rest goes from a copy.
+        const std::size_t left = op->bytes - op->moved;
+        op->owned.reset(new unsigned char[std::max<std::size_t>(left, 1)]);
+        if (left != 0) std::memcpy(op->owned.get(), op->src, left);
+        op->src = op->owned.get();
+      }
+      return;
+    }
+    inbound& in_s = in[static_cast<std::size_t>(op->peer)];
+    in_s.posted.erase(std::remove(in_s.posted.begin(), in_s.posted.end(), op),
+                      in_s.posted.end());
+    if (in_s.into == op) in_s.into = nullptr;  // the rest of the message is dropped
+    for (unexpected_msg& m : in_s.unexpected) {
+      if (m.claimed == op) m.claimed = nullptr;  // the next receive of that tag gets it
+    }
+  }
+
+  // ---- waiting ----------------------------------------------------------------------------
+
+  [[noreturn]] void throw_aborted() const {
+    throw peer_lost_error("shm: rank " + std::to_string(rank) +
+                          " cannot continue, it was aborted: " + abort_reason);
+  }
+
+  [[noreturn]] void throw_lost(const shm_op& op) const {
+    throw peer_lost_error("shm: rank " + std::to_string(op.peer) +
+                          " exited (or was killed) before the " + op.describe() +
+                          " completed, " + std::to_string(op.moved) + " bytes moved");
+  }
+
+  // peer_lost_error when q aborted.
+  void check_aborted(int q) const {
+    const shm::header& h = seg[static_cast<std::size_t>(q)].head();
+    if (h.aborted.load(std::memory_order_acquire) != 0) {
+      throw peer_lost_error("shm: rank " + std::to_string(q) + " aborted: " +
+                            std::string(h.reason, strnlen(h.reason, sizeof h.reason)));
+    }
+  }
+
+  // Polls done() (under mu, after progress()) until it holds: spins briefly, then sleeps on this
+  // rank's doorbell. check(slow) runs between polls, slow after a sleep (liveness checks cost a
+  // system call). False when `until` passed first.
+  template <class Done, class Check>
+  bool await(Done&& done, Check&& check, deadline until) {
+    const auto spin_until = clock::now() + spin_for;
+    bool slow = false;
+    for (;;) {
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        if (aborted) throw_aborted();
+        progress();
+        if (done()) return true;
+      }
+      check(slow);
+      const auto now = clock::now();
+      if (now >= until) return false;
+      if (now < spin_until) {
+        cpu_relax();
+        continue;
+      }
+      shm::header& h = me();
+      h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t seen = h.doorbell.load(std::memory_order_seq_cst);
+      bool ready;
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        progress();
+        ready = done();
+      }
+      if (!ready) {
+        shm::futex_wait(h.doorbell, seen,
+                        std::min<std::chrono::nanoseconds>(until - now, liveness_every));
+      }
+      h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (ready) return true;
+      slow = true;
+    }
+  }
+
+  // Every rank enters collective number `generation + 1`; returns when all have.
+  void arrive(const char* what, deadline until) {
+    const std::uint64_t g = ++generation;
+    me().arrived.store(g, std::memory_order_release);
+    for (int q = 0; q < size; ++q) {
+      if (q != rank) shm::bump(of(q).head());
+    }
+    const auto missing = [&](int q) {
+      return of(q).head().arrived.load(std::memory_order_acquire) < g;
+    };
+    const bool ok = await(
+        [&] {
+          for (int q = 0; q < size; ++q) {
+            if (q != rank && missing(q)) return false;
+          }
+          return true;
+        },
+        [&](bool slow) {
+          for (int q = 0; q < size; ++q) {
+            if (q == rank || !missing(q)) continue;
+            check_aborted(q);
+            if (slow && watch[static_cast<std::size_t>(q)].exited()) {
+              throw peer_lost_error("shm: rank " + std::to_string(q) +
+                                    " exited (or was killed) before entering " + what +
+                                    ", which rank " + std::to_string(rank) + " waits in");
+            }
+          }
+        },
+        until);
+    if (!ok) {
+      std::string late;
+      for (int q = 0; q < size; ++q) {
+        if (q != rank && missing(q)) late += (late.empty() ? "" : ", ") + std::to_string(q);
+      }
+      throw timeout_error("shm: rank " + std::to_string(rank) + " timed out in " + what +
+                          ": rank(s) " + late +
+                          " did not enter it before the deadline (DISTCOMM_TIMEOUT)");
+    }
+  }
+
+  // Where chunk number `staged` goes: half 0 or 1 of every rank's area.
+  int next_half() { return static_cast<int>(staged++ % 2); }
+  unsigned char* area(int q, int half) { return of(q).area(half); }
+};
+
+}  // namespace detail
+
+using detail::shm_op;
+using detail::shm_op_state;
+using detail::shm_state;
+
+// ---- request ------------------------------------------------------------------------------
+
+shm_request& shm_request::operator=(shm_request&& other) noexcept {
+  if (this != &other) {
+    release();
+    state_ = std::move(other.state_);
+    op_ = std::move(other.op_);
+  }
+  return *this;
+}
+
+shm_request::~shm_request() { release(); }
+
+void shm_request::release() noexcept {
+  if (!op_) return;
+  {
+    const std::lock_guard<std::mutex> lock(state_->mu);
+    state_->cancel(op_);
+  }
+  op_.reset();
+  state_.reset();
+}
+
+bool shm_request::test() {
+  if (!op_) return true;
+  const std::lock_guard<std::mutex> lock(state_->mu);
+  if (op_->state == shm_op_state::pending && !state_->aborted) state_->progress();
+  switch (op_->state) {
+    case shm_op_state::done:
+      return true;
+    case shm_op_state::failed:
+      std::rethrow_exception(op_->failure);
+    default:
+      break;
+  }
+  if (state_->aborted) state_->throw_aborted();
+  state_->check_aborted(op_->peer);
+  // Whether the peer is still there costs a system call: asked at most every few milliseconds.
+  const auto now = clock::now();
+  if (now >= state_->next_liveness_check) {
+    state_->next_liveness_check = now + detail::liveness_every;
+    if (state_->watch[static_cast<std::size_t>(op_->peer)].exited()) {
+      state_->progress();  // what it wrote before it went is read first
+      if (op_->state == shm_op_state::done) return true;
+      state_->throw_lost(*op_);
+    }
+  }
+  return false;
+}
+
+void shm_request::wait(deadline until) {
+  if (!op_) return;
+  shm_state& s = *state_;
+  shm_op& op = *op_;
+  const bool ok = s.await(
+      [&] {
+        if (op.state == shm_op_state::failed) std::rethrow_exception(op.failure);
+        return op.state == shm_op_state::done;
+      },
+      [&](bool slow) {
+        s.check_aborted(op.peer);
+        if (!slow || !s.watch[static_cast<std::size_t>(op.peer)].exited()) return;
+        // Exited: whatever it wrote before is read first; only then is it lost.
+        const std::lock_guard<std::mutex> lock(s.mu);
+        s.progress();
+        if (op.state != shm_op_state::pending) return;
+        s.throw_lost(op);
+      },
+      until);
+  if (!ok) {
+    const std::string what = op.describe();
+    const std::size_t moved = op.moved;
+    release();
+    throw timeout_error("shm: " + what + " timed out: rank " + std::to_string(op.peer) +
+                        " did not complete it before the deadline (DISTCOMM_TIMEOUT); " +
+                        std::to_string(moved) + " bytes moved");
+  }
+}
+
+// ---- backend ------------------------------------------------------------------------------
+
+shm_backend::shm_backend(const job& j, shm_options opts)
+    : shm_backend(j.kv, j.world.rank, j.world.size, std::move(opts)) {}
+
+shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_options opts)
+    : state_(std::make_shared<shm_state>()), rank_(rank), size_(size) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw invalid_argument_error("shm: rank " + std::to_string(rank) +
+                                 " is not within a world of size " + std::to_string(size));
+  }
+  const std::chrono::duration<double> timeout =
+      opts.timeout ? *opts.timeout : config::from_env().timeout;
+  opts.timeout = timeout;
+  opts.ring_bytes =
+      detail::setting_bytes(opts.ring_bytes, "DISTCOMM_SHM_RING", std::size_t{1} << 20, 4096);
+  opts.chunk_bytes = detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK",
+                                           std::size_t{4} << 20,
+                                           std::max<std::size_t>(4096, 64 * std::size_t(size)));
+  if (!kv) {
+    if (size != 1) {
+      throw invalid_argument_error("shm: a world of " + std::to_string(size) +
+                                   " ranks needs a store (bootstrap() gives one)");
+    }
+    kv = std::make_shared<hash_store>(timeout);
+  }
+  shm_state& s = *state_;
+  s.rank = rank;
+  s.size = size;
+  s.kv = kv;
+  s.prefix = opts.prefix;
+  if (s.prefix.empty()) {
+    // The n-th shm backend of every rank gets the same prefix.
+    s.prefix = "distcomm/shm/" + std::to_string(kv->add("distcomm/shm/count/" +
+                                                           std::to_string(rank), 1));
+  }
+  s.opts = opts;
+  s.seg.resize(static_cast<std::size_t>(size));
+  s.watch.resize(static_cast<std::size_t>(size));
+  s.in.resize(static_cast<std::size_t>(size));
+  s.out.resize(static_cast<std::size_t>(size));
+
+  detail::shm::sweep_stale();
+  s.own_name = detail::shm::fresh_name();
+  s.of(rank) = detail::shm::segment::create(s.own_name, size, opts.ring_bytes, opts.chunk_bytes);
+  const std::string host = detail::shm::host_identity();
+  const std::string pidns = detail::shm::pid_namespace();
+  const std::string published = s.own_name + "\n" + host + "\n" + pidns;
+  kv->set(s.prefix + "/rank/" + std::to_string(rank), bytes(published.begin(), published.end()));
+  std::vector<std::string> keys;
+  for (int q = 0; q < size; ++q) keys.push_back(s.prefix + "/rank/" + std::to_string(q));
+  store_wait(*kv, keys, timeout);
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    const bytes value = kv->get(keys[static_cast<std::size_t>(q)]);
+    const std::string text(value.begin(), value.end());
+    const std::size_t a = text.find('\n');
+    const std::size_t b = text.find('\n', a + 1);
+    if (a == std::string::npos || b == std::string::npos) {
+      throw rendezvous_error("shm: rank " + std::to_string(q) + " published '" + text +
+                             "' under " + keys[static_cast<std::size_t>(q)] +
+                             ", not a segment name, host and PID namespace");
+    }
+    const std::string their_host = text.substr(a + 1, b - a - 1);
+    if (their_host != host) {
+      throw invalid_argument_error("shm: rank " + std::to_string(q) + " runs on " + their_host +
+                                   ", rank " + std::to_string(rank) + " on " + host +
+                                   ": the shm backend connects the ranks of one host (name gloo "
+                                   "or ucx for a job across hosts)");
+    }
+    if (text.substr(b + 1) != pidns) {
+      throw invalid_argument_error(
+          "shm: rank " + std::to_string(q) + " runs in another PID namespace than rank " +
+          std::to_string(rank) +
+          " (containers sharing /dev/shm), where its exit could not be noticed; name gloo or ucx");
+    }
+    s.of(q) = detail::shm::segment::open(text.substr(0, a), size, opts.ring_bytes,
+                                         opts.chunk_bytes);
+    s.watch[static_cast<std::size_t>(q)] = detail::shm::process_watch(s.of(q).head().pid);
+  }
+  // Once every rank has mapped every segment, the names can go: the memory lives as long as a
+  // process maps it, and nothing is left in /dev/shm however the ranks end.
+  if (size > 1) store_barrier(*kv, s.prefix + "/mapped", rank, size);
+  detail::shm::unlink(s.own_name);
+  s.own_name.clear();
+}
+
+shm_request shm_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  auto op = std::make_shared<shm_op>();
+  op->is_send = true;
+  op->peer = peer;
+  op->tag = tag;
+  op->bytes = bytes;
+  op->src = static_cast<const unsigned char*>(data);
+  const std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->aborted) state_->throw_aborted();
+  state_->out[static_cast<std::size_t>(peer)].queue.push_back(op);
+  state_->push(peer);
+  return shm_request(state_, std::move(op));
+}
+
+shm_request shm_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  auto op = std::make_shared<shm_op>();
+  op->peer = peer;
+  op->tag = tag;
+  op->bytes = bytes;
+  op->dst = static_cast<unsigned char*>(data);
+  const std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->aborted) state_->throw_aborted();
+  state_->post_recv(op);
+  state_->pull(peer);
+  return shm_request(state_, std::move(op));
+}
+
+void shm_backend::send_detached(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  auto op = std::make_shared<shm_op>();
+  op->is_send = true;
+  op->peer = peer;
+  op->tag = tag;
+  op->bytes = bytes;
+  op->owned.reset(new unsigned char[std::max<std::size_t>(bytes, 1)]);
+  if (bytes != 0) std::memcpy(op->owned.get(), data, bytes);
+  op->src = op->owned.get();
+  op->state = shm_op_state::cancelled;  // nobody waits for it
+  const std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->aborted) return;
+  state_->out[static_cast<std::size_t>(peer)].queue.push_back(op);
+  state_->push(peer);
+}
+
+void shm_backend::abort(const std::string& reason) noexcept {
+  shm_state& s = *state_;
+  {
+    const std::lock_guard<std::mutex> lock(s.mu);
+    if (s.aborted) return;
+    s.aborted = true;
+    s.abort_reason = reason;
+  }
+  detail::shm::header& h = s.me();
+  const std::size_t n = std::min(reason.size(), sizeof h.reason - 1);
+  std::memcpy(h.reason, reason.data(), n);
+  h.reason[n] = '\0';
+  h.aborted.store(1, std::memory_order_release);
+  for (int q = 0; q < s.size; ++q) detail::shm::bump(s.of(q).head());
+  if (std::shared_ptr<store> kv = s.kv.lock()) kv->mark_job_failed();
+}
+
+// ---- collectives ----------------------------------------------------------------------------
+// Chunk by chunk through the staging areas, alternating their halves: a rank writes a half only
+// after the arrival that follows every rank's last read of it (the one of the next chunk).
+
+void shm_backend::native_allreduce(const void* in, void* out, std::size_t count, dtype t,
+                                   reduce_op op, deadline until) {
+  const std::size_t es = dtype_size(t);
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  if (size_ == 1) {
+    if (in != out && count != 0) std::memcpy(out, in, count * es);
+    return;
+  }
+  shm_state& s = *state_;
+  const std::size_t p = static_cast<std::size_t>(size_);
+  const std::size_t per = s.opts.chunk_bytes / es;
+  std::vector<const void*> inputs(p);
+  for (std::size_t off = 0; off < count; off += per) {
+    const std::size_t n = std::min(per, count - off);
+    const int half = s.next_half();
+    std::memcpy(s.area(rank_, half), src + off * es, n * es);
+    s.arrive("native allreduce", until);
+    const block mine = partition(n, p, static_cast<std::size_t>(rank_));
+    if (mine.count != 0) {
+      for (std::size_t q = 0; q < p; ++q) {
+        inputs[q] = s.area(static_cast<int>(q), half) + mine.begin * es;
+      }
+      unsigned char* slot = s.area(rank_, half) + mine.begin * es;
+      fold(slot, inputs.data(), p, mine.count, t, op);
+      if (op == reduce_op::avg) divide(slot, slot, mine.count, t, p);
+    }
+    s.arrive("native allreduce", until);
+    for (std::size_t q = 0; q < p; ++q) {
+      const block b = partition(n, p, q);
+      if (b.count != 0) {
+        std::memcpy(dst + (off + b.begin) * es, s.area(static_cast<int>(q), half) + b.begin * es,
+                    b.count * es);
+      }
+    }
+  }
+}
+
+void shm_backend::native_reduce_scatter(const void* in, void* out, std::size_t recv_count, dtype t,
+                                        reduce_op op, deadline until) {
+  const std::size_t es = dtype_size(t);
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  if (size_ == 1) {
+    if (in != out && recv_count != 0) std::memcpy(out, in, recv_count * es);
+    return;
+  }
+  shm_state& s = *state_;
+  const std::size_t p = static_cast<std::size_t>(size_);
+  const std::size_t per = s.opts.chunk_bytes / (p * es);
+  std::vector<const void*> inputs(p);
+  for (std::size_t off = 0; off < recv_count; off += per) {
+    const std::size_t n = std::min(per, recv_count - off);
+    const int half = s.next_half();
+    unsigned char* mine = s.area(rank_, half);
+    for (std::size_t q = 0; q < p; ++q) {
+      std::memcpy(mine + q * n * es, src + (q * recv_count + off) * es, n * es);
+    }
+    s.arrive("native reduce_scatter", until);
+    for (std::size_t q = 0; q < p; ++q) {
+      inputs[q] = s.area(static_cast<int>(q), half) + static_cast<std::size_t>(rank_) * n * es;
+    }
+    fold(dst + off * es, inputs.data(), p, n, t, op);
+    if (op == reduce_op::avg) divide(dst + off * es, dst + off * es, n, t, p);
+  }
+}
+
+void shm_backend::native_allgather(const void* in, void* out, std::size_t send_count, dtype t,
+                                   deadline until) {
+  const std::size_t es = dtype_size(t);
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  shm_state& s = *state_;
+  const std::size_t p = static_cast<std::size_t>(size_);
+  if (size_ == 1) {
+    if (in != out && send_count != 0) std::memcpy(out, in, send_count * es);
+    return;
+  }
+  const std::size_t per = s.opts.chunk_bytes / es;
+  for (std::size_t off = 0; off < send_count; off += per) {
+    const std::size_t n = std::min(per, send_count - off);
+    const int half = s.next_half();
+    std::memcpy(s.area(rank_, half), src + off * es, n * es);
+    s.arrive("native allgather", until);
+    for (std::size_t q = 0; q < p; ++q) {
+      std::memcpy(dst + (q * send_count + off) * es, s.area(static_cast<int>(q), half), n * es);
+    }
+  }
+}
+
+void shm_backend::native_broadcast(void* data, std::size_t count, dtype t, int root,
+                                   deadline until) {
+  if (size_ == 1) return;
+  const std::size_t es = dtype_size(t);
+  auto* buf = static_cast<unsigned char*>(data);
+  shm_state& s = *state_;
+  const std::size_t per = s.opts.chunk_bytes / es;
+  for (std::size_t off = 0; off < count; off += per) {
+    const std::size_t n = std::min(per, count - off);
+    const int half = s.next_half();
+    if (rank_ == root) std::memcpy(s.area(root, half), buf + off * es, n * es);
+    s.arrive("native broadcast", until);
+    if (rank_ != root) std::memcpy(buf + off * es, s.area(root, half), n * es);
+  }
+}
+
+void shm_backend::native_barrier(deadline until) {
+  if (size_ > 1) state_->arrive("native barrier", until);
+}
+
+std::optional<shm_backend> shm_backend::split(const std::vector<int>& members,
+                                              const std::string& name) {
+  if (members.empty()) return std::nullopt;
+  const int me = detail::position_in(members, rank_, "shm");
+  shm_options o = state_->opts;
+  o.prefix.clear();
+  std::shared_ptr<store> kv = state_->kv.lock();
+  if (!kv && members.size() > 1) {
+    throw invalid_argument_error(
+        "shm: split: the store this backend was made over is gone "
+        "(keep it, or the job of shared_bootstrap(), alive)");
+  }
+  return shm_backend(
+      kv ? std::make_shared<prefix_store>(state_->prefix + "/split/" + name, kv) : nullptr, me,
+      static_cast<int>(members.size()), o);
+}
+
+}  // namespace distcomm
