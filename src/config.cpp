@@ -124,7 +124,7 @@ const std::vector<setting_info> rendezvous_rows = {
      "Network interface or address the gloo backend's TCP transport uses."},
     {"DISTCOMM_SHM_RING", "1M",
      "Bytes of each ordered pair's message ring in the shm backend (at least 4K)."},
-    {"DISTCOMM_SHM_CHUNK", "4M",
+    {"DISTCOMM_SHM_CHUNK", "1M",
      "Bytes per rank the shm backend's collectives stage at a time, twice (at least 4K)."},
     {"DISTCOMM_PLUGIN_PATH", "(unset)",
      "Colon-separated folders searched for backend plugins (libdistcomm_backend_<name>.so) "

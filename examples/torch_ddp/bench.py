@@ -5,7 +5,7 @@ on the example CNN and the 29 M-parameter MLP. Prints the median samples/s of --
 the scaling efficiency (samples/s at N over N x samples/s at 1, same per-process batch).
 
     PYTHONPATH=build/python /usr/bin/python3 examples/torch_ddp/bench.py \
-        [--procs 1 2 4] [--models cnn mlp] [--transports gloo ucx] [--rounds 3] [--steps 20]
+        [--procs 1 2 4] [--models cnn mlp] [--transports shm gloo ucx] [--rounds 3] [--steps 20]
 """
 
 import argparse
@@ -38,7 +38,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--models", nargs="+", default=["cnn", "mlp"])
-    ap.add_argument("--transports", nargs="+", default=["gloo", "ucx"],
+    ap.add_argument("--transports", nargs="+", default=["shm", "gloo", "ucx"],
                     help="DISTCOMM_BACKEND values to run backend distcomm over")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)

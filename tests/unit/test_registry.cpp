@@ -113,11 +113,15 @@ TEST_CASE("backend registry: the default backend for each kind of job") {
                                                         : "ucx"));
   w.launcher = dc::launcher_kind::torchrun;
   CHECK(dc::default_backend(w) == (dc::is_built_backend("gloo") ? "gloo" : "ucx"));
+  w.local_size = 4;  // every rank on this host
+  CHECK(dc::default_backend(w) == (dc::is_built_backend("shm")    ? "shm"
+                                   : dc::is_built_backend("gloo") ? "gloo"
+                                                                  : "ucx"));
 }
 
 TEST_CASE("README: the names of every backend and strategy, from the registries") {
   const std::string backend_row = readme_row("DISTCOMM_BACKEND");
-  for (const char* b : {"local", "mpi", "gloo", "ucx", "nccl"}) {
+  for (const char* b : {"local", "mpi", "gloo", "ucx", "shm", "nccl"}) {
     CAPTURE(b);
     CHECK(backend_row.find("`" + std::string(b) + "`") != std::string::npos);
   }

@@ -9,6 +9,7 @@
 #include <gloo/math.h>
 #include <gloo/transport/tcp/device.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,7 +76,42 @@ std::string default_hostname(const gloo_options& opts) {
   return name;
 }
 
+// This host's interface names, for messages.
+std::string interface_names() {
+  std::string names;
+  if (struct if_nameindex* all = ::if_nameindex()) {
+    for (const struct if_nameindex* i = all; i->if_index != 0; ++i) {
+      names += (names.empty() ? "" : ", ") + std::string(i->if_name);
+    }
+    ::if_freenameindex(all);
+  }
+  return names.empty() ? "none found" : names;
+}
+
 }  // namespace
+
+void check_bindable(const std::string& host, const gloo_options& opts) {
+  if (::if_nametoindex(host.c_str()) != 0) return;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (rc == 0) return;
+  const bool from_env = opts.hostname.empty() && std::getenv("DISTCOMM_IFACE") != nullptr;
+  throw invalid_argument_error(
+      "gloo: " + std::string(from_env ? "DISTCOMM_IFACE=" : "the address to bind, ") + host +
+      ", is neither a network interface of this host (" + interface_names() +
+      ") nor a name or address it resolves (" + ::gai_strerror(rc) + ")" +
+      (from_env ? "; set DISTCOMM_IFACE to one of the interfaces the peers can reach"
+                : "; set DISTCOMM_IFACE to an interface the peers can reach"));
+}
+
+void check_interface(const gloo_options& opts) {
+  const char* iface = std::getenv("DISTCOMM_IFACE");
+  if (opts.hostname.empty() && (iface == nullptr || *iface == '\0')) return;
+  check_bindable(default_hostname(opts), opts);
+}
 
 std::optional<gloo_backend> gloo_backend::split(const std::vector<int>& members,
                                                 const std::string& name) {
@@ -116,6 +152,7 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
     kv = std::make_shared<hash_store>(timeout);
   }
   state_->kv = kv;
+  check_bindable(default_hostname(opts), opts);  // before any key: every rank says why alike
   std::string prefix = opts.prefix;
   if (prefix.empty()) {
     // Every rank creates its communicators in the same order, so the n-th one of each rank

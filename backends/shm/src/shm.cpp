@@ -141,6 +141,7 @@ struct shm_state {
   std::uint64_t generation = 0;  // collectives entered
   std::uint64_t staged = 0;      // chunks staged: the halves of the areas alternate
   std::string own_name;          // until unlinked
+  bool connected = false;        // every peer's segment mapped
   bool aborted = false;
   std::string abort_reason;
   clock::time_point next_liveness_check{};  // of test()
@@ -152,7 +153,7 @@ struct shm_state {
     // Detached sends still queued get a moment to move (backend.hpp: delivered after the
     // backend is gone); the segments stay mapped by the peers that read them.
     const auto until = clock::now() + std::chrono::milliseconds(100);
-    for (;;) {
+    for (; connected;) {
       bool queued = false;
       {
         const std::lock_guard<std::mutex> lock(mu);
@@ -571,8 +572,11 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   opts.timeout = timeout;
   opts.ring_bytes =
       detail::setting_bytes(opts.ring_bytes, "DISTCOMM_SHM_RING", std::size_t{1} << 20, 4096);
+  // 1 MiB: a chunk and its reduction stay in cache. 2 ranks, f32 sum, 2 interleaved runs on the
+  // 2-core VM (2026-11-27), busbw at 2 / 32 / 128 MiB: 256 KiB 2.5-6.7 / 2.2-2.7 / 2.2-3.0 GB/s,
+  // 1 MiB 4.9-8.4 / 2.8-2.9 / 3.2-3.3, 4 MiB 5.4 / 2.2-2.5 / 2.5.
   opts.chunk_bytes = detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK",
-                                           std::size_t{4} << 20,
+                                           std::size_t{1} << 20,
                                            std::max<std::size_t>(4096, 64 * std::size_t(size)));
   if (!kv) {
     if (size != 1) {
@@ -607,32 +611,54 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   std::vector<std::string> keys;
   for (int q = 0; q < size; ++q) keys.push_back(s.prefix + "/rank/" + std::to_string(q));
   store_wait(*kv, keys, timeout);
+  // Every rank reads every entry and decides, then all meet before any refuses: the rank hosting
+  // the store must not leave (closing it) while another still reads.
+  std::vector<std::string> names(static_cast<std::size_t>(size));
+  std::string refusal;
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;
     const bytes value = kv->get(keys[static_cast<std::size_t>(q)]);
     const std::string text(value.begin(), value.end());
     const std::size_t a = text.find('\n');
-    const std::size_t b = text.find('\n', a + 1);
-    if (a == std::string::npos || b == std::string::npos) {
-      throw rendezvous_error("shm: rank " + std::to_string(q) + " published '" + text +
-                             "' under " + keys[static_cast<std::size_t>(q)] +
-                             ", not a segment name, host and PID namespace");
+    const std::size_t b = a == std::string::npos ? a : text.find('\n', a + 1);
+    if (!refusal.empty()) continue;
+    if (b == std::string::npos) {
+      refusal = "shm: rank " + std::to_string(q) + " published '" + text + "' under " +
+                keys[static_cast<std::size_t>(q)] + ", not a segment name, host and PID namespace";
+    } else if (const std::string their_host = text.substr(a + 1, b - a - 1); their_host != host) {
+      refusal = "shm: rank " + std::to_string(q) + " runs on " + their_host + ", rank " +
+                std::to_string(rank) + " on " + host +
+                ": the shm backend connects the ranks of one host (name gloo or ucx for a job "
+                "across hosts)";
+    } else if (text.substr(b + 1) != pidns) {
+      refusal = "shm: rank " + std::to_string(q) + " runs in another PID namespace than rank " +
+                std::to_string(rank) +
+                " (containers sharing /dev/shm), where its exit could not be noticed; name gloo "
+                "or ucx";
     }
-    const std::string their_host = text.substr(a + 1, b - a - 1);
-    if (their_host != host) {
-      throw invalid_argument_error("shm: rank " + std::to_string(q) + " runs on " + their_host +
-                                   ", rank " + std::to_string(rank) + " on " + host +
-                                   ": the shm backend connects the ranks of one host (name gloo "
-                                   "or ucx for a job across hosts)");
+    names[static_cast<std::size_t>(q)] = text.substr(0, a);
+  }
+  if (size > 1) store_barrier(*kv, s.prefix + "/checked", rank, size);
+  if (!refusal.empty()) {
+    // Rank 0 (which hosts the job's store) waits until every other rank's last call to the store
+    // has been answered, so that none sees it vanish instead of this refusal.
+    if (rank != 0) {
+      kv->set(s.prefix + "/refused/" + std::to_string(rank), bytes{1});
+    } else if (size > 1) {
+      std::vector<std::string> refused;
+      for (int q = 1; q < size; ++q) refused.push_back(s.prefix + "/refused/" + std::to_string(q));
+      try {
+        store_wait(*kv, refused, std::chrono::duration<double>(5.0));
+      } catch (const error&) {
+        // a rank that refuses differently, or is gone: nothing to wait for
+      }
     }
-    if (text.substr(b + 1) != pidns) {
-      throw invalid_argument_error(
-          "shm: rank " + std::to_string(q) + " runs in another PID namespace than rank " +
-          std::to_string(rank) +
-          " (containers sharing /dev/shm), where its exit could not be noticed; name gloo or ucx");
-    }
-    s.of(q) = detail::shm::segment::open(text.substr(0, a), size, opts.ring_bytes,
-                                         opts.chunk_bytes);
+    throw invalid_argument_error(refusal);
+  }
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    s.of(q) = detail::shm::segment::open(names[static_cast<std::size_t>(q)], size,
+                                         opts.ring_bytes, opts.chunk_bytes);
     s.watch[static_cast<std::size_t>(q)] = detail::shm::process_watch(s.of(q).head().pid);
   }
   // Once every rank has mapped every segment, the names can go: the memory lives as long as a
@@ -640,6 +666,7 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   if (size > 1) store_barrier(*kv, s.prefix + "/mapped", rank, size);
   detail::shm::unlink(s.own_name);
   s.own_name.clear();
+  s.connected = true;
 }
 
 shm_request shm_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {

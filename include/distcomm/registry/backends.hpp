@@ -92,6 +92,7 @@ inline mpi_backend make_mpi(const config&, const job* given) {
 inline gloo_backend make_gloo(const config& cfg, const job* given) {
   gloo_options o;
   o.timeout = cfg.timeout;
+  check_interface(o);  // a wrong DISTCOMM_IFACE: refused on every rank before they meet
   return gloo_backend(given ? *given : shared_bootstrap(cfg), o);
 }
 #endif
@@ -193,12 +194,16 @@ inline std::vector<std::string> available_backends() {
 //  * ranks started by mpirun, mpiexec or srun: mpi. Open MPI's shared memory and TCP beat the
 //    others at every size: 8 B in 0.59 us against ucx 10.4 and gloo 85; 32 MiB at 4.55 GB/s
 //    against gloo's 1.93 and ucx's 1.44; a ResNet-50 step (fused) 27.0 ms against gloo's 78.8;
+//  * every rank on this host: shm. Its collectives in shared memory beat the others at every size
+//    (docs/PERFORMANCE.md, "Shared memory"): 32 MiB at 2.92 GB/s busbw against gloo's 1.0 and the
+//    mpi backend's 2.2, 8 B in 2.5 us against gloo's 85 and ucx's 10;
 //  * otherwise gloo, then ucx: from 8 MiB up, the sizes a fused gradient step sends, gloo's ring
 //    moves 1.82-1.94 GB/s and ucx's 1.36-1.60. ucx wins below 2 MiB (0.74 against 0.23 GB/s at
 //    128 KiB) and in latency (10 us against gloo's 85-164 at 8 B): name it for latency-bound jobs.
 inline std::string default_backend(const world_info& w) {
   if (w.size <= 1) return "local";
-  for (const char* name : {started_by_mpi(w.launcher) ? "mpi" : "", "gloo", "ucx"}) {
+  const bool mpi = started_by_mpi(w.launcher);
+  for (const char* name : {mpi ? "mpi" : "", !mpi && w.single_node() ? "shm" : "", "gloo", "ucx"}) {
     if (*name != '\0' && is_built_backend(name)) return name;
   }
   throw invalid_argument_error(

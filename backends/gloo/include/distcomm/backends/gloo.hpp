@@ -130,6 +130,14 @@ class gloo_backend {
   int size_ = 1;
 };
 
+// Throws invalid_argument_error, naming this host's interfaces, when the interface or address to
+// bind (opts.hostname, else DISTCOMM_IFACE) is neither an interface of this host nor a name it
+// resolves; nothing when neither is set. The constructor checks this too; a launcher-started
+// rank can check it before it meets the others (make_gloo does), so that every rank says why.
+void check_interface(const gloo_options& opts = {});
+// The same for a given host name or address.
+void check_bindable(const std::string& host, const gloo_options& opts);
+
 class any_communicator;
 // make_communicator() (any_communicator.hpp) over this backend: every strategy's
 // communicator compiled once, in DistComm::gloo, not in each program that calls it.

@@ -11,7 +11,7 @@
 // A dead peer is noticed through a pidfd (Linux 5.3; the kernel says when a process has exited,
 // whatever the cause, at no cost until asked) at every wake-up of a waiter, at least every 10 ms.
 // Settings (README): DISTCOMM_SHM_RING (bytes per ordered pair, default 1 MiB), DISTCOMM_SHM_CHUNK
-// (bytes per rank for the collectives, default 4 MiB).
+// (bytes per rank for the collectives, default 1 MiB).
 #pragma once
 
 #include <chrono>
@@ -70,7 +70,7 @@ struct shm_options {
   // Bytes of each ordered pair's ring; 0: DISTCOMM_SHM_RING, else 1 MiB.
   std::size_t ring_bytes = 0;
   // Bytes per rank the collectives stage at a time (twice, double-buffered); 0:
-  // DISTCOMM_SHM_CHUNK, else 4 MiB.
+  // DISTCOMM_SHM_CHUNK, else 1 MiB.
   std::size_t chunk_bytes = 0;
   // Keys of this communicator live under `prefix/` in the store; empty: a fresh prefix from a
   // store counter, so several communicators on one store do not clash.

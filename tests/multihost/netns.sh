@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Runs a job across N "hosts" on this machine: each host is a network namespace with an address of
+# its own on a bridge (10.R.S.h+1/24, eth0) and a UTS namespace with a host name of its own
+# (host0, host1, ...), its link shaped with tc netem when asked; the ranks are started in them with
+# the variables of a launcher, as that launcher sets them on real hosts. Everything it makes is
+# removed on exit, however the job ends.
+#
+#   netns.sh [--hosts N] [--ranks-per-host R] [--launch torchrun|tf_config] [--rate RATE]
+#            [--delay DELAY] [--timeout S] [--env NAME=VALUE]... -- PROGRAM [ARGS...]
+#
+#   --hosts N            namespace-hosts (default 2)
+#   --ranks-per-host R   ranks started on each (default 2); rank = host * R + local rank
+#   --launch torchrun    RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR
+#                        (host0's address), MASTER_PORT (default)
+#   --launch tf_config   TF_CONFIG of a TFJob: one worker per rank, at its host's address
+#   --rate, --delay      each host's link shaped (e.g. 1gbit, 100us): tbf for a rate alone,
+#                        netem with a delay (skipped, 77, where the kernel has no sch_netem)
+#   --timeout S          the whole job (default 120): ranks still running are killed, exit 124
+#   --env NAME=VALUE     set in every rank (e.g. DISTCOMM_BACKEND=gloo, DISTCOMM_IFACE=eth0)
+#
+# Every rank's output is printed after the job, prefixed with its rank. Exit status: 0 when every
+# rank exited 0; 77 (ctest's skip) with the reason when namespaces cannot be made (not root, no
+# ip or unshare, no permission); else 1, or 124 on the timeout.
+set -euo pipefail
+
+hosts=2 per_host=2 launch=torchrun rate='' delay='' timeout_s=120
+envs=()
+while (($#)); do
+  case "$1" in
+    --hosts) hosts="$2"; shift 2 ;;
+    --ranks-per-host) per_host="$2"; shift 2 ;;
+    --launch) launch="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --delay) delay="$2"; shift 2 ;;
+    --timeout) timeout_s="$2"; shift 2 ;;
+    --env) envs+=("$2"); shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
+    *) echo "netns.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+(($#)) || { echo "netns.sh: no program given after --" >&2; exit 2; }
+[[ "$hosts" =~ ^[1-9][0-9]?$ && "$per_host" =~ ^[1-9][0-9]?$ ]] ||
+  { echo "netns.sh: --hosts and --ranks-per-host want 1-99" >&2; exit 2; }
+case "$launch" in torchrun|tf_config) ;; *) echo "netns.sh: --launch torchrun|tf_config" >&2; exit 2 ;; esac
+
+skip() { echo "skipped: $*"; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "network namespaces need root (run as root, or in a container with CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+for tool in ip unshare timeout; do
+  command -v "$tool" >/dev/null || skip "'$tool' is not installed (iproute2, util-linux, coreutils)"
+done
+if [[ -n "$rate$delay" ]] && ! command -v tc >/dev/null; then skip "'tc' is not installed (iproute2)"; fi
+
+# Names unique to this run (interface names are at most 15 characters).
+id=$(( $$ % 100000 ))
+bridge="dcb$id"
+subnet="10.$(( 200 + id / 250 % 50 )).$(( id % 250 ))"
+namespaces=()
+work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-netns.XXXXXX")
+cleanup() {
+  local ns
+  for ns in "${namespaces[@]}"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true; done
+  for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ip link add "$bridge" type bridge 2>/dev/null || skip "cannot make a bridge (ip link add type bridge: no permission?)"
+ip link set "$bridge" up
+for ((h = 0; h < hosts; h++)); do
+  ns="dc$id-host$h"
+  ip netns add "$ns" || skip "cannot make a network namespace (ip netns add)"
+  namespaces+=("$ns")
+  ip link add "dv$id-$h" type veth peer name eth0 netns "$ns"
+  ip link set "dv$id-$h" master "$bridge" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$subnet.$((h + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  if [[ -n "$delay" ]]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" ${rate:+rate "$rate"} \
+      2>/dev/null || skip "this kernel has no netem queueing discipline (sch_netem): --delay cannot be shaped"
+  elif [[ -n "$rate" ]]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
+  fi
+done
+
+world=$((hosts * per_host))
+master="$subnet.1"
+port=$(( 29500 + id % 20000 ))
+tf_cluster=''
+if [[ "$launch" == tf_config ]]; then
+  for ((r = 0; r < world; r++)); do
+    tf_cluster+="${tf_cluster:+,}\"$subnet.$((r / per_host + 1)):$((port + r % per_host))\""
+  done
+fi
+echo "netns: $hosts hosts x $per_host ranks on $bridge ($subnet.0/24${rate:+, rate $rate}${delay:+, delay $delay}), $launch"
+
+pids=()
+for ((r = 0; r < world; r++)); do
+  h=$((r / per_host)) l=$((r % per_host))
+  vars=()
+  if [[ "$launch" == torchrun ]]; then
+    vars=(RANK=$r WORLD_SIZE=$world LOCAL_RANK=$l LOCAL_WORLD_SIZE=$per_host GROUP_RANK=$h
+          MASTER_ADDR="$master" MASTER_PORT=$port)
+  else
+    vars=("TF_CONFIG={\"cluster\": {\"worker\": [$tf_cluster]}, \"task\": {\"type\": \"worker\", \"index\": $r}}")
+  fi
+  # A UTS namespace of its own per rank, named after its host: ranks of one host share the name.
+  ip netns exec "dc$id-host$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "host$h" \
+    env "${vars[@]}" ${envs[@]+"${envs[@]}"} timeout -s KILL "$timeout_s" "$@" \
+    >"$work/rank$r.log" 2>&1 &
+  pids+=($!)
+done
+
+status=0
+for ((r = 0; r < world; r++)); do
+  rc=0
+  wait "${pids[$r]}" || rc=$?
+  if ((rc == 137)); then
+    echo "netns: rank $r still running after $timeout_s s, killed"
+    status=124
+  elif ((rc != 0)); then
+    echo "netns: rank $r exited with status $rc"
+    ((status == 124)) || status=1
+  fi
+done
+for ((r = 0; r < world; r++)); do sed "s/^/[rank $r] /" "$work/rank$r.log"; done
+exit $status
