@@ -3,11 +3,16 @@
 //  * the world the launcher's variables describe: this rank's node, and ranks per node as said;
 //  * an allreduce of the whole job, and of split_by_node()'s group: its members are exactly the
 //    ranks that share this rank's host name (each namespace-host has its own);
+//  * with --hierarchical: distcomm::hierarchical (shm inside each host, the job's backend
+//    across) gives the flat allreduce's result, on a count the node's ranks do not divide;
+//    with --bench BYTES as well, both timed (f32 sum, medians of 10), printed, not asserted;
 //  * with --expect-error TEXT: init() must fail, its message containing TEXT (a refused
 //    interface, shm across hosts).
 // Exit status 0 when all holds; prints one line per rank either way.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -17,6 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include "distcomm/distcomm.hpp"
+#include "distcomm/hierarchical.hpp"
 #include "distcomm/init.hpp"
 #include "distcomm/rendezvous/world.hpp"
 
@@ -24,7 +30,53 @@ namespace dc = distcomm;
 
 namespace {
 
-int check(const std::string& expect_error) {
+// Median seconds of 10 allreduces of `bytes` (f32 sum) through `reduce`, after 2 unmeasured.
+template <class F>
+double median_seconds(dc::any_communicator& comm, std::size_t bytes, F&& reduce) {
+  std::vector<float> v(bytes / sizeof(float), 1.0f);
+  std::vector<double> t;
+  for (int i = 0; i < 12; ++i) {
+    comm.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    reduce(dc::view(v));
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (i >= 2) t.push_back(took.count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// distcomm::hierarchical against the flat allreduce of `comm`: the same values (small integers,
+// exact in f64); timed when bench_bytes > 0.
+bool check_hierarchical(dc::any_communicator& comm, std::size_t bench_bytes) {
+  dc::init_options intra;
+  intra.backend = "shm";
+  dc::hierarchical h = dc::hierarchical::connect(intra, dc::init_options{});
+  const std::size_t count = 100003;  // not divided by 2 or 3 ranks per node: the tail path too
+  std::vector<double> flat(count), hier(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    flat[i] = hier[i] = static_cast<double>((comm.rank() * 7 + static_cast<int>(i % 13)) % 11);
+  }
+  comm.allreduce(dc::view(flat), dc::reduce_op::sum);
+  h.allreduce(dc::view(hier), dc::reduce_op::sum);
+  const bool same = flat == hier;
+  std::printf("rank %d: hierarchical (%s x %d inside, %s x %d across) %s the flat allreduce\n",
+              comm.rank(), h.intra().backend_name(), h.intra().size(), h.inter().backend_name(),
+              h.inter().size(), same ? "equals" : "DIFFERS FROM");
+  if (bench_bytes > 0) {
+    const double t_flat = median_seconds(comm, bench_bytes, [&](dc::tensor_view v) {
+      comm.allreduce(v, dc::reduce_op::sum);
+    });
+    const double t_hier = median_seconds(comm, bench_bytes, [&](dc::tensor_view v) {
+      h.allreduce(v, dc::reduce_op::sum);
+    });
+    std::printf("rank %d: %zu bytes: flat %s %.2f ms, hierarchical %.2f ms: %.2fx\n", comm.rank(),
+                bench_bytes, comm.backend_name(), t_flat * 1e3, t_hier * 1e3, t_flat / t_hier);
+  }
+  return same;
+}
+
+int check(const std::string& expect_error, bool hierarchical, std::size_t bench_bytes) {
   const dc::world_info w = dc::detect_world();
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -64,6 +116,7 @@ int check(const std::string& expect_error) {
   node.allreduce(dc::view(n), dc::reduce_op::sum);
   node_sum = n.front();
   ok = ok && node.size() == static_cast<int>(same_host.size()) && node_sum == expected_node;
+  if (hierarchical) ok = check_hierarchical(comm, bench_bytes) && ok;
   std::printf("rank %d/%d on %s (node %d, local %d/%d) over %s: job sum %g (want %g), node group "
               "of %d sums %g (want %g): %s\n",
               comm.rank(), comm.size(), host, w.node_rank, w.local_rank, w.local_size,
@@ -76,11 +129,15 @@ int check(const std::string& expect_error) {
 
 int main(int argc, char** argv) {
   std::string expect_error;
+  bool hierarchical = false;
+  std::size_t bench_bytes = 0;
   CLI::App app{"A rank's checks in a job across namespace-hosts (tests/multihost)"};
   app.add_option("--expect-error", expect_error, "init() must fail with a message containing this");
+  app.add_flag("--hierarchical", hierarchical, "Check distcomm::hierarchical against the flat one");
+  app.add_option("--bench", bench_bytes, "With --hierarchical: time both at this many bytes");
   CLI11_PARSE(app, argc, argv);
   try {
-    return check(expect_error);
+    return check(expect_error, hierarchical, bench_bytes);
   } catch (const std::exception& e) {
     std::printf("distcomm-multihost-check: %s\n", e.what());
     return 1;

@@ -1,0 +1,125 @@
+#include "distcomm/hierarchical.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/rendezvous/prefix_store.hpp"
+#include "distcomm/rendezvous/store.hpp"
+
+namespace distcomm {
+
+namespace {
+
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return host;
+}
+
+}  // namespace
+
+hierarchical hierarchical::connect(const init_options& intra, const init_options& inter,
+                                   const job* given) {
+  const config cfg = intra.settings ? *intra.settings : config::from_env();
+  const job j = given ? *given : shared_bootstrap(cfg);
+  const int rank = j.world.rank;
+  const int size = j.world.size;
+  std::vector<std::string> hosts(static_cast<std::size_t>(size), host_name());
+  std::string prefix = "distcomm/hierarchical/0";
+  if (size > 1) {
+    // The n-th hierarchical of every rank gets the same keys.
+    prefix = "distcomm/hierarchical/" +
+             std::to_string(j.kv->add("distcomm/hierarchical/count/" + std::to_string(rank), 1));
+    const std::string mine = hosts[static_cast<std::size_t>(rank)];
+    j.kv->set(prefix + "/host/" + std::to_string(rank), bytes(mine.begin(), mine.end()));
+    std::vector<std::string> keys;
+    for (int q = 0; q < size; ++q) keys.push_back(prefix + "/host/" + std::to_string(q));
+    store_wait(*j.kv, keys, cfg.timeout);
+    for (int q = 0; q < size; ++q) {
+      const bytes v = j.kv->get(keys[static_cast<std::size_t>(q)]);
+      hosts[static_cast<std::size_t>(q)] = std::string(v.begin(), v.end());
+    }
+  }
+  // Nodes in the order of their first rank; local ranks in rank order.
+  std::vector<std::string> nodes;
+  std::vector<int> per_node;
+  int node = 0, local_rank = 0;
+  for (int q = 0; q < size; ++q) {
+    const std::string& h = hosts[static_cast<std::size_t>(q)];
+    const auto at = std::find(nodes.begin(), nodes.end(), h);
+    const int n = static_cast<int>(at - nodes.begin());
+    if (at == nodes.end()) {
+      nodes.push_back(h);
+      per_node.push_back(0);
+    }
+    if (q == rank) {
+      node = n;
+      local_rank = per_node[static_cast<std::size_t>(n)];
+    }
+    ++per_node[static_cast<std::size_t>(n)];
+  }
+  const int local_size = per_node[static_cast<std::size_t>(node)];
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    if (per_node[n] != local_size) {
+      throw invalid_argument_error(
+          "hierarchical: node " + nodes[n] + " runs " + std::to_string(per_node[n]) +
+          " rank(s) and node " + nodes[static_cast<std::size_t>(node)] + " runs " +
+          std::to_string(local_size) +
+          "; a hierarchical allreduce needs the same number on every node (use a flat one)");
+    }
+  }
+  // The node's ranks, and the ranks of this local rank on every node: worlds of their own, each
+  // with keys of its own in the job's store.
+  job on_node;
+  on_node.world.rank = local_rank;
+  on_node.world.size = local_size;
+  on_node.world.local_rank = local_rank;
+  on_node.world.local_size = local_size;
+  on_node.world.launcher = j.world.launcher;
+  on_node.kv = j.kv ? std::make_shared<prefix_store>(prefix + "/node/" + std::to_string(node), j.kv)
+                    : nullptr;
+  job across;
+  across.world.rank = node;
+  across.world.size = static_cast<int>(nodes.size());
+  across.world.node_rank = node;
+  across.world.launcher = j.world.launcher;
+  across.kv = j.kv ? std::make_shared<prefix_store>(
+                         prefix + "/local/" + std::to_string(local_rank), j.kv)
+                   : nullptr;
+  any_communicator within = init(on_node, intra);
+  any_communicator between = init(across, inter);
+  return hierarchical(std::move(within), std::move(between));
+}
+
+hierarchical::hierarchical(any_communicator intra, any_communicator inter)
+    : intra_(std::move(intra)), inter_(std::move(inter)) {}
+
+void hierarchical::allreduce(tensor_view data, reduce_op op) {
+  const std::size_t es = dtype_size(data.type);
+  const std::size_t local = static_cast<std::size_t>(intra_.size());
+  const std::size_t block = data.count / local;
+  const std::size_t even = block * local;
+  auto* bytes_of = static_cast<unsigned char*>(data.data);
+  if (block != 0) {
+    slice_.resize(block * es);
+    const tensor_view head{data.data, even, data.type};
+    const tensor_view mine{slice_.data(), block, data.type};
+    intra_.reduce_scatter(head, mine, op);
+    inter_.allreduce(mine, op);
+    intra_.allgather(mine, head);
+  }
+  if (even < data.count) {
+    const tensor_view tail{bytes_of + even * es, data.count - even, data.type};
+    intra_.allreduce(tail, op);
+    inter_.allreduce(tail, op);
+  }
+}
+
+}  // namespace distcomm
