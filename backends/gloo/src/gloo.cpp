@@ -88,8 +88,8 @@ std::string interface_names() {
   return names.empty() ? "none found" : names;
 }
 
-}  // namespace
-
+// gloo takes an interface name or a host name to bind; one that is neither makes it fail without
+// saying why (it crashed), so it is checked first.
 void check_bindable(const std::string& host, const gloo_options& opts) {
   if (::if_nametoindex(host.c_str()) != 0) return;
   addrinfo hints{};
@@ -106,6 +106,8 @@ void check_bindable(const std::string& host, const gloo_options& opts) {
       (from_env ? "; set DISTCOMM_IFACE to one of the interfaces the peers can reach"
                 : "; set DISTCOMM_IFACE to an interface the peers can reach"));
 }
+
+}  // namespace
 
 void check_interface(const gloo_options& opts) {
   const char* iface = std::getenv("DISTCOMM_IFACE");

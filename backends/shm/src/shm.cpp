@@ -142,6 +142,7 @@ struct shm_state {
   std::uint64_t staged = 0;      // chunks staged: the halves of the areas alternate
   std::string own_name;          // until unlinked
   bool connected = false;        // every peer's segment mapped
+  std::vector<const void*> inputs;  // a fold's inputs, one per rank (no allocation per call)
   bool aborted = false;
   std::string abort_reason;
   clock::time_point next_liveness_check{};  // of test()
@@ -599,6 +600,7 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   s.seg.resize(static_cast<std::size_t>(size));
   s.watch.resize(static_cast<std::size_t>(size));
   s.in.resize(static_cast<std::size_t>(size));
+  s.inputs.resize(static_cast<std::size_t>(size));
   s.out.resize(static_cast<std::size_t>(size));
 
   detail::shm::sweep_stale();
@@ -745,7 +747,7 @@ void shm_backend::native_allreduce(const void* in, void* out, std::size_t count,
   shm_state& s = *state_;
   const std::size_t p = static_cast<std::size_t>(size_);
   const std::size_t per = s.opts.chunk_bytes / es;
-  std::vector<const void*> inputs(p);
+  std::vector<const void*>& inputs = s.inputs;
   for (std::size_t off = 0; off < count; off += per) {
     const std::size_t n = std::min(per, count - off);
     const int half = s.next_half();
@@ -783,7 +785,7 @@ void shm_backend::native_reduce_scatter(const void* in, void* out, std::size_t r
   shm_state& s = *state_;
   const std::size_t p = static_cast<std::size_t>(size_);
   const std::size_t per = s.opts.chunk_bytes / (p * es);
-  std::vector<const void*> inputs(p);
+  std::vector<const void*>& inputs = s.inputs;
   for (std::size_t off = 0; off < recv_count; off += per) {
     const std::size_t n = std::min(per, recv_count - off);
     const int half = s.next_half();

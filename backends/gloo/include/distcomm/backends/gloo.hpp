@@ -135,8 +135,6 @@ class gloo_backend {
 // resolves; nothing when neither is set. The constructor checks this too; a launcher-started
 // rank can check it before it meets the others (make_gloo does), so that every rank says why.
 void check_interface(const gloo_options& opts = {});
-// The same for a given host name or address.
-void check_bindable(const std::string& host, const gloo_options& opts);
 
 class any_communicator;
 // make_communicator() (any_communicator.hpp) over this backend: every strategy's
