@@ -15,6 +15,8 @@ import statistics
 import subprocess
 import sys
 
+import torchrun
+
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 
 
@@ -22,9 +24,8 @@ def throughput(np, model, backend, transport, steps, batch):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if transport:
         env["DISTCOMM_BACKEND"] = transport
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "1",
-           "--tee", "1", f"--nproc_per_node={np}", TRAIN, "--backend", backend, "--model", model,
-           "--steps", str(steps), "--batch", str(batch), "--threads", "1"]
+    cmd = torchrun.command(np, TRAIN, ["--backend", backend, "--model", model, "--steps",
+                                       str(steps), "--batch", str(batch), "--threads", "1"])
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=900)
     m = re.search(r"throughput ([0-9.]+) samples/s", p.stdout)

@@ -13,9 +13,12 @@
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+
+import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "train.py")
@@ -28,22 +31,34 @@ def check(cond, what):
         failures.append(what)
 
 
+# A collective that never completes fails within this (the group's timeout), naming the cause;
+# the run as a whole is given a little more.
+GROUP_TIMEOUT_S = 120
+RUN_TIMEOUT_S = GROUP_TIMEOUT_S + 60
+
+
 def run(np, args, env=None, launcher=None):
     e = dict(os.environ)
     e.update(env or {})
+    args = args + ["--timeout", str(GROUP_TIMEOUT_S)]
     if launcher:
         cmd = [launcher, "-np", str(np), sys.executable, TRAIN] + args
     else:
-        # --redirects 1 --tee 1: torchrun 1.13 on Python 3.11 parses its default (0) as None and
-        # fails before starting anything (docs/TORCH.md); 1 is a value it parses.
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "1",
-               "--tee", "1", f"--nproc_per_node={np}", TRAIN] + args
-    p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=300)
+        cmd = torchrun.command(np, TRAIN, args)
+    p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the launcher and every process it started
+        out, _ = p.communicate()
+        print(f"{' '.join(cmd)}: still running after {RUN_TIMEOUT_S} s, killed; its output:")
+        print(out[-8000:])
+        return -1, [], out
     if p.returncode != 0:
-        print(p.stdout[-4000:])
-    losses = [float(x) for x in re.findall(r"loss ([0-9.]+)", p.stdout)]
-    return p.returncode, losses, p.stdout
+        print(out[-4000:])
+    losses = [float(x) for x in re.findall(r"loss ([0-9.]+)", out)]
+    return p.returncode, losses, out
 
 
 def params(path):

@@ -55,6 +55,8 @@ def parse():
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of the throughput")
     ap.add_argument("--save", help="write the final parameters (one flat tensor) here, rank 0")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=0,
+                    help="the group's timeout in seconds (default: torch.distributed's)")
     return ap.parse_args()
 
 
@@ -110,12 +112,17 @@ def main():
     torch.set_num_threads(a.threads)
     if a.backend == "distcomm":
         import_distcomm_torch()
+    group = {}
+    if a.timeout:
+        import datetime
+        group["timeout"] = datetime.timedelta(seconds=a.timeout)
     if "RANK" in os.environ:  # torchrun, distcomm-run, a Kubeflow PyTorchJob, ...
-        dist.init_process_group(a.backend)
+        dist.init_process_group(a.backend, **group)
     else:  # run alone, without a launcher
         import tempfile
         store = tempfile.NamedTemporaryFile(prefix="torch_ddp-", delete=False).name
-        dist.init_process_group(a.backend, init_method="file://" + store, rank=0, world_size=1)
+        dist.init_process_group(a.backend, init_method="file://" + store, rank=0, world_size=1,
+                                **group)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     per_rank = a.global_batch // world if a.global_batch else a.batch

@@ -1,5 +1,6 @@
 #include "process_group.hpp"
 
+#include <pybind11/pybind11.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -94,6 +95,23 @@ process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int r
       kv_(store_of(store, cfg_)),
       comm_(connect(kv_, rank, size, cfg_)) {
   init();
+}
+
+// Python drops the group with the GIL held (destroy_process_group, or the interpreter's end), and
+// closing it waits for its progress thread, which may need the GIL itself: a tensor given to a
+// collective whose Python object died meanwhile (`dist.all_reduce(t, async_op=True)` with `t`
+// forgotten, as a DDP bucket is) frees that object, under the GIL, when the collective lets the
+// tensor go. Holding the GIL here would wait for that forever, so it is let go meanwhile.
+process_group::~process_group() {
+  const auto close = [this] {
+    const any_communicator closing(std::move(comm_));  // its progress thread joined here
+  };
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    const pybind11::gil_scoped_release release;
+    close();
+  } else {
+    close();
+  }
 }
 
 std::string process_group::transport() const {

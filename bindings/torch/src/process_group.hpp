@@ -28,6 +28,8 @@ class process_group final : public c10d::ProcessGroup {
   // `timeout` when they do not meet.
   process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                 std::chrono::milliseconds timeout);
+  // Lets the GIL go while the transport closes (see the definition).
+  ~process_group() override;
 
   const std::string getBackendName() const override { return "distcomm"; }
   // The transport and strategy under it: "gloo/auto".

@@ -236,6 +236,10 @@ def run_rank(rank, world, url):
     dist.all_gather(gathered, flat)
     check(all(bool(torch.equal(g, gathered[0])) for g in gathered), "DDP replicas differ")
 
+    # Closed while a collective still holds a tensor whose Python object is gone (as DDP's
+    # buckets are): the collective letting the tensor go needs the GIL, which the closing thread
+    # holds. Before the group let it go while closing, this hung every time.
+    dist.all_reduce(torch.ones(1 << 20), async_op=True)
     dist.destroy_process_group()
     for f in failures:
         print(f"rank {r}: FAILED {f}", flush=True)
