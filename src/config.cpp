@@ -121,7 +121,8 @@ const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_JOB_ID", "(from the launcher)",
      "Names this rank's job in the store handshake; a store refuses a rank of another job."},
     {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
-     "Network interface or address the gloo backend's TCP transport uses."},
+     "Network interface, address or subnet (CIDR: each host's address in it) the TCP "
+     "transports use: gloo binds it, ucx takes its interface unless UCX_NET_DEVICES is set."},
     {"DISTCOMM_SHM_RING", "1M",
      "Bytes of each ordered pair's message ring in the shm backend (at least 4K)."},
     {"DISTCOMM_SHM_CHUNK", "1M",

@@ -16,6 +16,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
+#include "distcomm/rendezvous/interface.hpp"
 #include "gloo_store.hpp"
 #include "peer.hpp"
 
@@ -41,25 +42,13 @@ reduce_fn gloo_fn(reduce_op op) {
   return &gloo::sum<T>;
 }
 
-// The interface the gloo backend would bind (same rule): DISTCOMM_IFACE, else loopback on one
-// node, else this host's name.
-std::string peer_host(bool single_node) {
-  if (const char* iface = std::getenv("DISTCOMM_IFACE"); iface != nullptr && *iface != '\0') {
-    return iface;
-  }
-  if (single_node) return "127.0.0.1";
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
-  return name;
-}
-
 class gloo_peer final : public peer {
  public:
   explicit gloo_peer(const peer_world& w) : size_(w.size) {
     std::shared_ptr<store> kv = w.kv ? w.kv() : nullptr;
     if (!kv) kv = std::make_shared<hash_store>(w.timeout);  // a world of one
     gloo::transport::tcp::attr attr;
-    const std::string host = peer_host(w.single_node);
+    const std::string host = default_bind_host("", w.single_node);  // as the gloo backend
     if (::if_nametoindex(host.c_str()) != 0) {
       attr.iface = host;
     } else {

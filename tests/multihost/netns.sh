@@ -16,7 +16,8 @@
 #   --rate, --delay      each host's link shaped (e.g. 1gbit, 100us): tbf for a rate alone,
 #                        netem with a delay (skipped, 77, where the kernel has no sch_netem)
 #   --timeout S          the whole job (default 120): ranks still running are killed, exit 124
-#   --env NAME=VALUE     set in every rank (e.g. DISTCOMM_BACKEND=gloo, DISTCOMM_IFACE=eth0)
+#   --env NAME=VALUE     set in every rank (e.g. DISTCOMM_BACKEND=gloo, DISTCOMM_IFACE=eth0);
+#                        @SUBNET@ in VALUE becomes the hosts' subnet (10.R.S.0/24)
 #
 # Every rank's output is printed after the job, prefixed with its rank. Exit status: 0 when every
 # rank exited 0; 77 (ctest's skip) with the reason when namespaces cannot be made (not root, no
@@ -55,6 +56,7 @@ if [[ -n "$rate$delay" ]] && ! command -v tc >/dev/null; then skip "'tc' is not 
 id=$(( $$ % 100000 ))
 bridge="dcb$id"
 subnet="10.$(( 200 + id / 250 % 50 )).$(( id % 250 ))"
+envs=(${envs[@]+"${envs[@]//@SUBNET@/$subnet.0/24}"})
 namespaces=()
 work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-netns.XXXXXX")
 cleanup() {

@@ -25,6 +25,7 @@
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/group/members.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
+#include "distcomm/rendezvous/interface.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 #include "gloo_p2p.hpp"
 #include "gloo_store.hpp"
@@ -65,29 +66,6 @@ void gloo_request::wait(deadline until) {
 
 namespace {
 
-std::string default_hostname(const gloo_options& opts) {
-  if (!opts.hostname.empty()) return opts.hostname;
-  if (const char* iface = std::getenv("DISTCOMM_IFACE"); iface != nullptr && *iface != '\0') {
-    return iface;
-  }
-  if (opts.single_node) return "127.0.0.1";
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
-  return name;
-}
-
-// This host's interface names, for messages.
-std::string interface_names() {
-  std::string names;
-  if (struct if_nameindex* all = ::if_nameindex()) {
-    for (const struct if_nameindex* i = all; i->if_index != 0; ++i) {
-      names += (names.empty() ? "" : ", ") + std::string(i->if_name);
-    }
-    ::if_freenameindex(all);
-  }
-  return names.empty() ? "none found" : names;
-}
-
 // gloo takes an interface name or a host name to bind; one that is neither makes it fail without
 // saying why (it crashed), so it is checked first.
 void check_bindable(const std::string& host, const gloo_options& opts) {
@@ -101,7 +79,7 @@ void check_bindable(const std::string& host, const gloo_options& opts) {
   const bool from_env = opts.hostname.empty() && std::getenv("DISTCOMM_IFACE") != nullptr;
   throw invalid_argument_error(
       "gloo: " + std::string(from_env ? "DISTCOMM_IFACE=" : "the address to bind, ") + host +
-      ", is neither a network interface of this host (" + interface_names() +
+      ", is neither a network interface of this host (" + describe_local_addresses() +
       ") nor a name or address it resolves (" + ::gai_strerror(rc) + ")" +
       (from_env ? "; set DISTCOMM_IFACE to one of the interfaces the peers can reach"
                 : "; set DISTCOMM_IFACE to an interface the peers can reach"));
@@ -112,7 +90,7 @@ void check_bindable(const std::string& host, const gloo_options& opts) {
 void check_interface(const gloo_options& opts) {
   const char* iface = std::getenv("DISTCOMM_IFACE");
   if (opts.hostname.empty() && (iface == nullptr || *iface == '\0')) return;
-  check_bindable(default_hostname(opts), opts);
+  check_bindable(default_bind_host(opts.hostname, opts.single_node), opts);
 }
 
 std::optional<gloo_backend> gloo_backend::split(const std::vector<int>& members,
@@ -154,7 +132,8 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
     kv = std::make_shared<hash_store>(timeout);
   }
   state_->kv = kv;
-  check_bindable(default_hostname(opts), opts);  // before any key: every rank says why alike
+  const std::string host = default_bind_host(opts.hostname, opts.single_node);
+  check_bindable(host, opts);  // before any key: every rank says why alike
   std::string prefix = opts.prefix;
   if (prefix.empty()) {
     // Every rank creates its communicators in the same order, so the n-th one of each rank
@@ -167,7 +146,6 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
   state_->opts.timeout = timeout;
 
   gloo::transport::tcp::attr attr;
-  const std::string host = default_hostname(opts);
   if (::if_nametoindex(host.c_str()) != 0) {
     attr.iface = host;
   } else {

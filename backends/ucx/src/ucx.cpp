@@ -23,6 +23,7 @@
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/group/members.hpp"
+#include "distcomm/rendezvous/interface.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 
 namespace distcomm {
@@ -381,6 +382,24 @@ struct ucx_state {
         throw_status("ucp_config_modify(KEEPALIVE_INTERVAL)", ks);
       }
     }
+    // DISTCOMM_IFACE (a name, address or subnet) becomes UCX's network device, unless
+    // UCX_NET_DEVICES names one; one this host does not have is refused before the ranks meet.
+    const char* iface = std::getenv("DISTCOMM_IFACE");
+    if (iface != nullptr && *iface != '\0' && std::getenv("UCX_NET_DEVICES") == nullptr) {
+      std::string device;
+      try {
+        device = interface_for(iface);
+      } catch (...) {
+        ucp_config_release(config);
+        throw;
+      }
+      const ucs_status_t ds =
+          device.empty() ? UCS_OK : ucp_config_modify(config, "NET_DEVICES", device.c_str());
+      if (ds != UCS_OK) {
+        ucp_config_release(config);
+        throw_status("ucp_config_modify(NET_DEVICES)", ds);
+      }
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     // WAKEUP: waits sleep on the worker's event fd instead of spinning (UCP then picks only
@@ -449,7 +468,11 @@ struct ucx_state {
       const ucs_status_t es = ucp_ep_create(worker, &ep, &p.ep);
       if (es != UCS_OK) {
         throw backend_error("ucx", "ucp_ep_create", static_cast<long>(es),
-                            "connecting to rank " + std::to_string(r) + ": " + status_text(es));
+                            "connecting to rank " + std::to_string(r) + ": " + status_text(es) +
+                                (es == UCS_ERR_UNREACHABLE
+                                     ? " (set DISTCOMM_IFACE, or UCX_NET_DEVICES, to an interface "
+                                       "or subnet the peers can reach)"
+                                     : ""));
       }
     }
     handshake();

@@ -8,6 +8,7 @@
 // Needs DistComm::DistComm (every built backend). distcomm::init() (init.hpp) is built on it.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -21,6 +22,7 @@
 #include "distcomm/plugin/plugin_backend.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
+#include "distcomm/rendezvous/interface.hpp"
 
 #include "distcomm/backends/local.hpp"
 #if DISTCOMM_BUILT_MPI
@@ -98,6 +100,10 @@ inline gloo_backend make_gloo(const config& cfg, const job* given) {
 #endif
 #if DISTCOMM_BUILT_UCX
 inline ucx_backend make_ucx(const config& cfg, const job* given) {
+  // A DISTCOMM_IFACE this host does not have: refused on every rank before they meet.
+  if (const char* iface = std::getenv("DISTCOMM_IFACE"); iface != nullptr && *iface != '\0') {
+    (void)interface_for(iface);
+  }
   return ucx_backend(given ? *given : shared_bootstrap(cfg), cfg.timeout);
 }
 #endif
