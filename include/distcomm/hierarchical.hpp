@@ -10,8 +10,10 @@
 //   auto h = distcomm::hierarchical::connect(intra, inter);  // collective over the job
 //   h.allreduce(distcomm::view(gradients));
 // Any pair of backends works (each init_options as for distcomm::init(); empty names: the
-// default for a job of one node, and for a job of one rank per node). Every node must run the
-// same number of ranks. Needs DistComm::DistComm.
+// default for a job of one node, and for a job of one rank per node); an mpi group is split from
+// MPI_COMM_WORLD. The job needs a store (shm meets through it, and so do the host names): under
+// mpirun, MASTER_ADDR/MASTER_PORT. Every node must run the same number of ranks. Needs
+// DistComm::DistComm.
 #pragma once
 
 #include <cstddef>

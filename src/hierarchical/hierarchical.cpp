@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,8 +94,17 @@ hierarchical hierarchical::connect(const init_options& intra, const init_options
   across.kv = j.kv ? std::make_shared<prefix_store>(
                          prefix + "/local/" + std::to_string(local_rank), j.kv)
                    : nullptr;
-  any_communicator within = init(on_node, intra);
-  any_communicator between = init(across, inter);
+  // MPI connects only MPI_COMM_WORLD: its groups are split from it (MPI_Comm_split), with the
+  // same members in the same order.
+  const auto connect_group = [&](const job& group, const init_options& o, int color, int key) {
+    if (resolved_backend(o) != "mpi") return init(group, o);
+    any_communicator world = init(j, o);
+    std::optional<any_communicator> part = world.split(color, key);
+    if (!part) throw error("hierarchical: splitting the MPI world gave this rank no group");
+    return std::move(*part);
+  };
+  any_communicator within = connect_group(on_node, intra, node, local_rank);
+  any_communicator between = connect_group(across, inter, local_rank, node);
   return hierarchical(std::move(within), std::move(between));
 }
 

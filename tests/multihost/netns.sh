@@ -13,11 +13,15 @@
 #   --launch torchrun    RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR
 #                        (host0's address), MASTER_PORT (default)
 #   --launch tf_config   TF_CONFIG of a TFJob: one worker per rank, at its host's address
+#   --launch mpirun      Open MPI's mpirun, started on host0 with --host naming every host's
+#                        address; it starts its daemon on the other hosts through a launch agent
+#                        (in place of ssh) that enters that host's namespaces
 #   --rate, --delay      each host's link shaped (e.g. 1gbit, 100us): tbf for a rate alone,
 #                        netem with a delay (skipped, 77, where the kernel has no sch_netem)
 #   --timeout S          the whole job (default 120): ranks still running are killed, exit 124
 #   --env NAME=VALUE     set in every rank (e.g. DISTCOMM_BACKEND=gloo, DISTCOMM_IFACE=eth0);
-#                        @SUBNET@ in VALUE becomes the hosts' subnet (10.R.S.0/24)
+#                        @SUBNET@ in VALUE becomes the hosts' subnet (10.R.S.0/24), @HOST0@
+#                        host0's address
 #
 # Every rank's output is printed after the job, prefixed with its rank. Exit status: 0 when every
 # rank exited 0; 77 (ctest's skip) with the reason when namespaces cannot be made (not root, no
@@ -43,7 +47,7 @@ done
 (($#)) || { echo "netns.sh: no program given after --" >&2; exit 2; }
 [[ "$hosts" =~ ^[1-9][0-9]?$ && "$per_host" =~ ^[1-9][0-9]?$ ]] ||
   { echo "netns.sh: --hosts and --ranks-per-host want 1-99" >&2; exit 2; }
-case "$launch" in torchrun|tf_config) ;; *) echo "netns.sh: --launch torchrun|tf_config" >&2; exit 2 ;; esac
+case "$launch" in torchrun|tf_config|mpirun) ;; *) echo "netns.sh: --launch torchrun|tf_config|mpirun" >&2; exit 2 ;; esac
 
 skip() { echo "skipped: $*"; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root (run as root, or in a container with CAP_NET_ADMIN and CAP_SYS_ADMIN)"
@@ -51,12 +55,18 @@ for tool in ip unshare timeout; do
   command -v "$tool" >/dev/null || skip "'$tool' is not installed (iproute2, util-linux, coreutils)"
 done
 if [[ -n "$rate$delay" ]] && ! command -v tc >/dev/null; then skip "'tc' is not installed (iproute2)"; fi
+if [[ "$launch" == mpirun ]]; then
+  mpirun=$(command -v mpirun || true)
+  [[ -n "$mpirun" && "$("$mpirun" --version 2>&1 || true)" == *"Open MPI"* ]] ||
+    skip "Open MPI's mpirun is not installed (apt-get install openmpi-bin)"
+fi
 
 # Names unique to this run (interface names are at most 15 characters).
 id=$(( $$ % 100000 ))
 bridge="dcb$id"
 subnet="10.$(( 200 + id / 250 % 50 )).$(( id % 250 ))"
 envs=(${envs[@]+"${envs[@]//@SUBNET@/$subnet.0/24}"})
+envs=(${envs[@]+"${envs[@]//@HOST0@/$subnet.1}"})
 namespaces=()
 work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-netns.XXXXXX")
 cleanup() {
@@ -98,6 +108,40 @@ if [[ "$launch" == tf_config ]]; then
 fi
 echo "netns: $hosts hosts x $per_host ranks on $bridge ($subnet.0/24${rate:+, rate $rate}${delay:+, delay $delay}), $launch"
 
+# A host's namespaces, entered with its host name: "in_host H COMMAND...".
+in_host() {
+  local h="$1"; shift
+  ip netns exec "dc$id-host$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "host$h" "$@"
+}
+
+if [[ "$launch" == mpirun ]]; then
+  # The launch agent mpirun runs as "agent HOST COMMAND" where it would run ssh: it enters the
+  # namespaces of the host with that address and runs the command in a shell, as sshd would.
+  agent="$work/netns-agent"
+  cat >"$agent" <<AGENT
+#!/bin/sh
+host="\$1"; shift
+h=\$(( \${host##*.} - 1 ))
+exec ip netns exec "dc$id-host\$h" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "host\$h" "\$*"
+AGENT
+  chmod +x "$agent"
+  hostlist=''
+  for ((h = 0; h < hosts; h++)); do hostlist+="${hostlist:+,}$subnet.$((h + 1)):$per_host"; done
+  xs=()
+  for e in ${envs[@]+"${envs[@]}"}; do xs+=(-x "$e"); done
+  rc=0
+  # oob and btl over the hosts' subnet (eth0); --bind-to none: the hosts share this machine's
+  # cores. Session files in our directory.
+  in_host 0 env ${envs[@]+"${envs[@]}"} timeout -s KILL "$timeout_s" \
+    "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$world" --host "$hostlist" \
+    --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include "$subnet.0/24" \
+    --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" \
+    --mca orte_tmpdir_base "$work" --tag-output ${xs[@]+"${xs[@]}"} "$@" || rc=$?
+  if ((rc == 137)); then echo "netns: mpirun still running after $timeout_s s, killed"; exit 124; fi
+  ((rc == 0)) || { echo "netns: mpirun exited with status $rc"; exit 1; }
+  exit 0
+fi
+
 pids=()
 for ((r = 0; r < world; r++)); do
   h=$((r / per_host)) l=$((r % per_host))
@@ -109,8 +153,7 @@ for ((r = 0; r < world; r++)); do
     vars=("TF_CONFIG={\"cluster\": {\"worker\": [$tf_cluster]}, \"task\": {\"type\": \"worker\", \"index\": $r}}")
   fi
   # A UTS namespace of its own per rank, named after its host: ranks of one host share the name.
-  ip netns exec "dc$id-host$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "host$h" \
-    env "${vars[@]}" ${envs[@]+"${envs[@]}"} timeout -s KILL "$timeout_s" "$@" \
+  in_host "$h" env "${vars[@]}" ${envs[@]+"${envs[@]}"} timeout -s KILL "$timeout_s" "$@" \
     >"$work/rank$r.log" 2>&1 &
   pids+=($!)
 done
