@@ -123,6 +123,9 @@ const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
      "Network interface, address or subnet (CIDR: each host's address in it) the TCP "
      "transports use: gloo binds it, ucx takes its interface unless UCX_NET_DEVICES is set."},
+    {"DISTCOMM_HIERARCHICAL", "auto",
+     "init() on a job across hosts with several ranks on each: auto (allreduce hierarchical from "
+     "256K: shm inside each host, the network backend across), off, or the size to start from."},
     {"DISTCOMM_SHM_RING", "1M",
      "Bytes of each ordered pair's message ring in the shm backend (at least 4K)."},
     {"DISTCOMM_SHM_CHUNK", "1M",

@@ -275,6 +275,12 @@ class any_communicator {
       if (!c) return std::nullopt;
       return any_communicator(std::in_place_type<Comm>, std::move(*c));
     }
+    // A Comm whose sub-communicators are of another type (hierarchical_communicator's are its
+    // flat communicator's) returns them type-erased already.
+    static std::optional<any_communicator> wrap(std::optional<any_communicator> c) { return c; }
+    static std::optional<any_communicator> wrap(any_communicator c) {
+      return std::optional<any_communicator>(std::move(c));
+    }
     void send(tensor_view data, int peer, int tag) override { comm.send(data, peer, tag); }
     void recv(tensor_view data, int peer, int tag) override { comm.recv(data, peer, tag); }
     void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) override {

@@ -14,16 +14,27 @@
 // MPI_COMM_WORLD. The job needs a store (shm meets through it, and so do the host names): under
 // mpirun, MASTER_ADDR/MASTER_PORT. Every node must run the same number of ranks. Needs
 // DistComm::DistComm.
+//
+// hierarchical_communicator is the whole job's communicator built on it: an allreduce of at least
+// `threshold` bytes goes the hierarchical way, everything else over a flat communicator of the
+// whole job on the network backend. distcomm::init() returns one when the job spans several
+// hosts with several ranks on each (DISTCOMM_HIERARCHICAL, README).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "distcomm/any_communicator.hpp"
+#include "distcomm/async/progress.hpp"
 #include "distcomm/core/reduce_op.hpp"
+#include "distcomm/core/span.hpp"
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/init.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
+#include "distcomm/rendezvous/world.hpp"
 
 namespace distcomm {
 
@@ -53,6 +64,108 @@ class hierarchical {
   any_communicator intra_;
   any_communicator inter_;
   std::vector<unsigned char> slice_;  // this rank's slice between the steps
+};
+
+// The size from which init() makes an allreduce hierarchical on a job of world `w`, or nothing
+// when it does not: DISTCOMM_HIERARCHICAL is `off`; or a backend or strategy is named, or the
+// run is deterministic (the fold's order would differ from the flat one's); or the job is on one
+// host, or has one rank per host, or hosts with different numbers of ranks, or was started by
+// mpirun (whose job has no store for shm), or shm is not built. DISTCOMM_HIERARCHICAL (`auto`, the
+// default: hierarchical_threshold_default) or a size in bytes sets the size.
+std::optional<std::size_t> hierarchical_threshold(const world_info& w, const config& cfg,
+                                                  const init_options& options);
+// 256 KiB. 2 namespace-hosts x 2 ranks, links shaped to 1 Gbit/s (tbf), shm inside and gloo
+// across against gloo's flat allreduce, f32 sum, medians of 10, 2026-11-27 on the 2-core VM
+// (docs/PERFORMANCE.md, "Hierarchical allreduce"): 256 KiB-32 MiB 1.09-2.31x, 256 B-16 KiB a
+// wash (0.88-2.09x, one collective against three).
+inline constexpr std::size_t hierarchical_threshold_default = std::size_t{256} << 10;
+
+// A communicator of the whole job: an allreduce of at least `threshold` bytes (the grouped form:
+// of all its tensors, when they share a dtype) is hierarchical (above); every other call goes to
+// `flat`, a communicator of the whole job. Calls run in the order they were made, as on any
+// communicator: each on this communicator's own progress thread (the non-blocking ones) or the
+// caller's, calling the blocking form of the communicator underneath; sends and receives complete
+// in the background as there. Sub-communicators (split, subset, split_by_node) are flat's.
+class hierarchical_communicator {
+ public:
+  struct backend_type {};  // host memory (any_communicator::memory())
+
+  // Over the launched job (shared_bootstrap()), or `given`: hierarchical::connect(intra, inter)
+  // and `inter` over the whole job, in an any_communicator (target<hierarchical_communicator>()
+  // gives this type back).
+  static any_communicator connect(const init_options& intra, const init_options& inter,
+                                  const job* given, std::size_t threshold);
+  hierarchical_communicator(any_communicator flat, hierarchical h, std::size_t threshold);
+
+  int rank() const { return flat_.rank(); }
+  int size() const { return flat_.size(); }
+  const char* backend_name() const { return name_.c_str(); }  // "shm+gloo": inside+across
+  const char* strategy_name() const { return "hierarchical"; }
+  const config& settings() const { return flat_.settings(); }
+  std::uint64_t calls() const { return calls_; }
+  std::size_t threshold() const { return threshold_; }
+  any_communicator& flat() { return flat_; }
+  hierarchical& levels() { return h_; }
+
+  void allreduce(tensor_view in, tensor_view out, reduce_op op);
+  void allreduce(span<const tensor_view> tensors, reduce_op op);
+  work iallreduce(tensor_view in, tensor_view out, reduce_op op);
+  work iallreduce(span<const tensor_view> tensors, reduce_op op);
+  void reduce_scatter(tensor_view in, tensor_view out, reduce_op op);
+  work ireduce_scatter(tensor_view in, tensor_view out, reduce_op op);
+  void allgather(tensor_view in, tensor_view out);
+  work iallgather(tensor_view in, tensor_view out);
+  void broadcast(tensor_view data, int root);
+  work ibroadcast(tensor_view data, int root);
+  void barrier();
+  work ibarrier();
+  void reduce(tensor_view in, tensor_view out, reduce_op op, int root);
+  work ireduce(tensor_view in, tensor_view out, reduce_op op, int root);
+  void gather(tensor_view in, tensor_view out, int root);
+  work igather(tensor_view in, tensor_view out, int root);
+  void scatter(tensor_view in, tensor_view out, int root);
+  work iscatter(tensor_view in, tensor_view out, int root);
+  void alltoall(tensor_view in, tensor_view out);
+  work ialltoall(tensor_view in, tensor_view out);
+  void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                 span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
+                 span<const std::size_t> recv_displs);
+  work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
+                  span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
+                  span<const std::size_t> recv_displs);
+  void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                  span<const std::size_t> displs);
+  work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
+                   span<const std::size_t> displs);
+  void send(tensor_view data, int peer, int tag);
+  void recv(tensor_view data, int peer, int tag);
+  void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag);
+  work isend(tensor_view data, int peer, int tag);
+  work irecv(tensor_view data, int peer, int tag);
+  work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag);
+  std::optional<any_communicator> split(int color, int key);
+  std::optional<any_communicator> subset(span<const int> ranks);
+  any_communicator split_by_node();
+  void synchronize() { progress_.drain(); }
+
+ private:
+  // The allreduce of `data` in place: hierarchical from the threshold, else flat.
+  void reduce_in_place(tensor_view data, reduce_op op);
+  void reduce_grouped(const std::vector<tensor_view>& tensors, reduce_op op);
+  template <class F>
+  void run(const char* what, F&& f);
+  template <class F>
+  work post(F&& f);
+  template <class Start>
+  work post_p2p(Start&& start);
+
+  any_communicator flat_;
+  hierarchical h_;
+  std::size_t threshold_;
+  std::string name_;
+  std::uint64_t calls_ = 0;
+  std::vector<unsigned char> packed_;  // a grouped allreduce's tensors, side by side
+  detail::progress progress_;          // last: stopped (queue run) before the rest goes
 };
 
 }  // namespace distcomm

@@ -13,6 +13,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 #include "distcomm/rendezvous/store.hpp"
+#include "distcomm/strategy/table.hpp"
 
 namespace distcomm {
 
@@ -22,6 +23,24 @@ std::string host_name() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
   return host;
+}
+
+// The links between nodes, not loopback: over gloo, gloo's own allreduce from 1 MiB. 2
+// namespace-hosts x 1 rank, links shaped to 1 Gbit/s (tbf), f32 sum, medians of 10, 2026-11-27
+// on the 2-core VM: DistComm's ring over gloo's pairs 2.0 / 25.6 / 534 ms at 256 KiB / 2 MiB /
+// 32 MiB, gloo's allreduce 4.5 / 18.9 / 287 (93% of the link; the ring 50%). At 4 ranks over the
+// same links the ring keeps 90% of the link, so only the across group gets this table. The
+// settings' own DISTCOMM_ALGO or a named strategy win.
+init_options across_options(const init_options& inter) {
+  init_options o = inter;
+  config cfg = o.settings ? *o.settings : config::from_env();
+  if (resolved_backend(o) == "gloo" && o.strategy.empty() && cfg.strategy.empty() &&
+      cfg.algo.empty()) {
+    cfg.algo = algo_table::parse("rd:0-16K;tree:16K-64K;ring:64K-1M;native:1M-max",
+                                 "hierarchical's table across nodes");
+    o.settings = cfg;
+  }
+  return o;
 }
 
 }  // namespace
@@ -104,7 +123,7 @@ hierarchical hierarchical::connect(const init_options& intra, const init_options
     return std::move(*part);
   };
   any_communicator within = connect_group(on_node, intra, node, local_rank);
-  any_communicator between = connect_group(across, inter, local_rank, node);
+  any_communicator between = connect_group(across, across_options(inter), local_rank, node);
   return hierarchical(std::move(within), std::move(between));
 }
 

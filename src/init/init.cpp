@@ -2,9 +2,11 @@
 // make_communicator() overload of each backend's library (where its communicators are compiled).
 #include "distcomm/init.hpp"
 
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "distcomm/hierarchical.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/registry/strategies.hpp"
@@ -30,7 +32,12 @@ std::string strategy_of(const init_options& o, const config& cfg) {
 }  // namespace
 
 std::string resolved_backend(const init_options& options) {
-  return backend_of(options, settings_of(options));
+  const config cfg = settings_of(options);
+  if (options.backend.empty() && cfg.backend.empty()) {
+    const world_info w = detect_world();
+    if (hierarchical_threshold(w, cfg, options)) return "shm+" + default_backend(w);
+  }
+  return backend_of(options, cfg);
 }
 
 std::string resolved_strategy(const init_options& options) {
@@ -42,6 +49,26 @@ namespace {
 // init() of the launcher's job (given null) or of `given`.
 any_communicator connect(const init_options& options, const job* given) {
   const config cfg = settings_of(options);
+  // A job across hosts with several ranks on each: shm inside each host, the network backend
+  // across, when nothing else is asked for (hierarchical.hpp says when and from which size).
+  const world_info w =
+      options.backend.empty() && cfg.backend.empty() ? (given ? given->world : detect_world())
+                                                     : world_info{};
+  if (const std::optional<std::size_t> from = hierarchical_threshold(w, cfg, options)) {
+    init_options intra = options, inter = options;
+    intra.settings = inter.settings = cfg;
+    intra.backend = "shm";
+    inter.backend = default_backend(w);
+    set_log_level(cfg.log);
+    any_communicator comm = hierarchical_communicator::connect(intra, inter, given, *from);
+    if (log_enabled(log_level::info)) {
+      log(log_level::info, "init: rank " + std::to_string(comm.rank()) + "/" +
+                               std::to_string(comm.size()) + ", backend " + comm.backend_name() +
+                               ", allreduce hierarchical from " + std::to_string(*from) +
+                               " bytes");
+    }
+    return comm;
+  }
   const std::string backend = backend_of(options, cfg, given);
   const std::string strategy = strategy_of(options, cfg);
   set_log_level(cfg.log);  // before connecting: the backends log while they start

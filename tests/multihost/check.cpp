@@ -6,6 +6,8 @@
 //  * with --hierarchical: distcomm::hierarchical (shm inside each host, the job's backend
 //    across) gives the flat allreduce's result, on a count the node's ranks do not divide;
 //    with --bench BYTES as well, both timed (f32 sum, medians of 10), printed, not asserted;
+//  * non-blocking and grouped allreduces (one past 256 KiB, one small) complete with the sums;
+//  * with --expect-backend NAME: init() chose NAME (e.g. "shm+gloo", hierarchical);
 //  * with --expect-error TEXT: init() must fail, its message containing TEXT (a refused
 //    interface, shm across hosts).
 // Exit status 0 when all holds; prints one line per rank either way.
@@ -76,7 +78,8 @@ bool check_hierarchical(dc::any_communicator& comm, std::size_t bench_bytes) {
   return same;
 }
 
-int check(const std::string& expect_error, bool hierarchical, std::size_t bench_bytes) {
+int check(const std::string& expect_error, const std::string& expect_backend, bool hierarchical,
+          std::size_t bench_bytes) {
   const dc::world_info w = dc::detect_world();
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -116,6 +119,23 @@ int check(const std::string& expect_error, bool hierarchical, std::size_t bench_
   node.allreduce(dc::view(n), dc::reduce_op::sum);
   node_sum = n.front();
   ok = ok && node.size() == static_cast<int>(same_host.size()) && node_sum == expected_node;
+  // Non-blocking, grouped (two tensors, 280 KB together), then a small one behind it.
+  std::vector<float> a(70000, comm.rank() + 1.0f), b(3, 2.0f * (comm.rank() + 1));
+  std::vector<double> small(3, comm.rank() + 1.0);
+  const dc::tensor_view both[] = {dc::view(a), dc::view(b)};
+  dc::work grouped = comm.iallreduce(dc::span<const dc::tensor_view>(both, 2));
+  dc::work after = comm.iallreduce(dc::view(small));
+  grouped.wait();
+  after.wait();
+  const bool async_ok = a.front() == job_sum && a.back() == job_sum && b[2] == 2 * job_sum &&
+                        small[1] == job_sum;
+  if (!async_ok) std::printf("rank %d: non-blocking allreduces WRONG\n", comm.rank());
+  ok = ok && async_ok;
+  if (!expect_backend.empty() && expect_backend != comm.backend_name()) {
+    std::printf("rank %d: init() chose %s, expected %s\n", comm.rank(), comm.backend_name(),
+                expect_backend.c_str());
+    ok = false;
+  }
   if (hierarchical) ok = check_hierarchical(comm, bench_bytes) && ok;
   std::printf("rank %d/%d on %s (node %d, local %d/%d) over %s: job sum %g (want %g), node group "
               "of %d sums %g (want %g): %s\n",
@@ -133,11 +153,13 @@ int main(int argc, char** argv) {
   std::size_t bench_bytes = 0;
   CLI::App app{"A rank's checks in a job across namespace-hosts (tests/multihost)"};
   app.add_option("--expect-error", expect_error, "init() must fail with a message containing this");
+  std::string expect_backend;
+  app.add_option("--expect-backend", expect_backend, "init() must choose this backend");
   app.add_flag("--hierarchical", hierarchical, "Check distcomm::hierarchical against the flat one");
   app.add_option("--bench", bench_bytes, "With --hierarchical: time both at this many bytes");
   CLI11_PARSE(app, argc, argv);
   try {
-    return check(expect_error, hierarchical, bench_bytes);
+    return check(expect_error, expect_backend, hierarchical, bench_bytes);
   } catch (const std::exception& e) {
     std::printf("distcomm-multihost-check: %s\n", e.what());
     return 1;
