@@ -3,7 +3,8 @@
 //
 // Layout of rank r's segment (every field is written by the rank named):
 //   header                           doorbell and sleepers (anyone bumps, r sleeps on it), the
-//                                    collective generation r reached (r), abort flag and reason (r)
+//                                    collective generation r reached (r), abort flag and reason (r),
+//                                    r's call fingerprints for the agreement before a collective (r)
 //   ring[d] for every rank d         r's messages to d: head (r), tail (d), data (r writes, d reads)
 //   area[2]                          r's staging for the collectives (r writes, every rank reads)
 #pragma once
@@ -15,10 +16,12 @@
 #include <string>
 #include <sys/types.h>
 
+#include "distcomm/check/fingerprint.hpp"
+
 namespace distcomm::detail::shm {
 
 constexpr std::uint32_t segment_magic = 0x44435348;  // "DCSH"
-constexpr std::uint32_t layout_version = 1;
+constexpr std::uint32_t layout_version = 2;
 constexpr std::size_t line = 64;
 
 struct alignas(line) header {
@@ -33,6 +36,9 @@ struct alignas(line) header {
   alignas(line) std::atomic<std::uint64_t> arrived;   // collectives r has entered
   alignas(line) std::atomic<std::uint32_t> aborted;   // set once `reason` is written
   char reason[512];
+  // What r agrees with at generation g, in agreed[g % 2]: written before r's `arrived` reaches g,
+  // read by the peers once theirs has (shm_state::agree).
+  alignas(line) check::agreement agreed[2];
 };
 
 struct alignas(line) ring_header {

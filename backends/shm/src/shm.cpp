@@ -458,12 +458,42 @@ struct shm_state {
         until);
     if (!ok) {
       std::string late;
+      int count = 0;
       for (int q = 0; q < size; ++q) {
-        if (q != rank && missing(q)) late += (late.empty() ? "" : ", ") + std::to_string(q);
+        if (q == rank || !missing(q)) continue;
+        late += (late.empty() ? "" : ", ") + std::to_string(q);
+        ++count;
       }
-      throw timeout_error("shm: rank " + std::to_string(rank) + " timed out in " + what +
-                          ": rank(s) " + late +
-                          " did not enter it before the deadline (DISTCOMM_TIMEOUT)");
+      throw timeout_error("shm: rank " + std::to_string(rank) + " timed out in " + what + ": " +
+                          (count == 1 ? "rank " : "ranks ") + late +
+                          " did not enter it before the deadline (DISTCOMM_TIMEOUT); stopped, or "
+                          "calling another collective");
+    }
+  }
+
+  // The agreement before a collective (check/agree.hpp) in shared memory: this rank's
+  // fingerprints go to its slot of the next generation, every rank arrives, and each merges every
+  // peer's slot into `state`. A slot is rewritten two generations later at the earliest, after
+  // every peer has arrived once more, so after it has read it.
+  void agree(check::agreement& state, const char* what, deadline until) {
+    const std::uint64_t g = generation + 1;
+    std::memcpy(static_cast<void*>(&me().agreed[g % 2]), &state, sizeof state);
+    arrive(what, until);
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      check::agreement theirs;
+      std::memcpy(static_cast<void*>(&theirs), &of(q).head().agreed[g % 2], sizeof theirs);
+      state.merge(theirs);
+    }
+  }
+
+  // A communicator destroyed: its notice stands in for its part of the next agreement.
+  void leave(const check::agreement& notice) noexcept {
+    const std::uint64_t g = generation + 1;
+    std::memcpy(static_cast<void*>(&me().agreed[g % 2]), &notice, sizeof notice);
+    me().arrived.store(g, std::memory_order_release);
+    for (int q = 0; q < size; ++q) {
+      if (q != rank) shm::bump(of(q).head());
     }
   }
 
@@ -843,6 +873,15 @@ void shm_backend::native_broadcast(void* data, std::size_t count, dtype t, int r
 
 void shm_backend::native_barrier(deadline until) {
   if (size_ > 1) state_->arrive("native barrier", until);
+}
+
+void shm_backend::native_agree(check::agreement& state, const char* what, deadline until) {
+  if (size_ > 1) state_->agree(state, what, until);
+}
+
+void shm_backend::native_leave(const check::agreement& notice) noexcept {
+  shm_state& s = *state_;
+  if (size_ > 1 && s.connected && !s.aborted) s.leave(notice);
 }
 
 std::optional<shm_backend> shm_backend::split(const std::vector<int>& members,

@@ -45,6 +45,15 @@ template <class B>
 struct request_of<B, std::void_t<typename B::request>> {
   using type = typename B::request;
 };
+// `void native_agree(agreement& state, const char* what, deadline until)` and
+// `void native_leave(const agreement& notice) noexcept`: the backend agrees through memory every
+// rank maps (shm), every rank's fingerprints merged into `state` in one step.
+template <class, class = void>
+struct has_native_agree : std::false_type {};
+template <class B>
+struct has_native_agree<B, std::void_t<decltype(std::declval<B&>().native_agree(
+                               std::declval<agreement&>(), std::declval<const char*>(),
+                               deadline{}))>> : std::true_type {};
 }  // namespace detail
 
 template <class B>
@@ -105,6 +114,13 @@ class call_check {
     what_ = what;
     const int p = b.size();
     if (!exchanges(p)) return false;
+    if constexpr (detail::has_native_agree<B>::value) {
+      agreement merged{mine, mine, nonce_};
+      b.native_agree(merged, what, until);
+      peer_left_ = is_left(merged.hi);
+      if (!merged.agreed()) throw mismatch_error(describe_mismatch(what, merged, mine));
+      return true;
+    }
     const int r = b.rank();
     std::size_t rounds = 0;
     for (int d = 1; d < p; d *= 2) ++rounds;
@@ -192,6 +208,14 @@ class call_check {
     if (!enabled_ || seq_ == 0) return;
     const int p = b.size();
     if (!exchanges(p)) return;
+    if constexpr (detail::has_native_agree<B>::value) {
+      call_fingerprint f;
+      f.kind = static_cast<std::uint32_t>(call_kind::left);
+      f.seq = seq_;
+      f.rank = b.rank();
+      b.native_leave(agreement{f, f, nonce_});
+      return;
+    }
     if constexpr (!distcomm::detail::unreceived_messages_ok<B>::value) return;
     if (!distcomm::detail::unreceived_messages_ok_at(b)) return;
     try {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/check/fingerprint.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
@@ -115,6 +116,12 @@ class shm_backend {
   void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_barrier(deadline until);
+  // The ranks' agreement before each collective (DISTCOMM_MISMATCH_CHECK, check/agree.hpp)
+  // through the segments: every rank's fingerprints merged into `state` at the cost of one
+  // arrival, where the exchange over messages takes log2(p) rounds. native_leave() publishes a
+  // destroyed communicator's notice in its place.
+  void native_agree(check::agreement& state, const char* what, deadline until);
+  void native_leave(const check::agreement& notice) noexcept;
 
   // A backend over `members` (ranks of this one, in their new rank order; this rank among
   // them) with segments of its own: split() and subset() of communicator.hpp. `name` is the same
