@@ -110,7 +110,13 @@ class mpi_backend {
   // coll/tuned decision rules), so strategy::automatic defers to them, except below 64 KiB where
   // our recursive doubling over MPI point-to-point beat the native MPI_Iallreduce (2 ranks, f32
   // sum, in place: 8 B 0.60 vs 1.39 us, 4 KiB 2.84 vs 3.26 us, 64 KiB 14.0 vs 16.5 us; 4 ranks
-  // on 2 cores: 8 B 4.5 vs 6.4 us, 32 KiB 33.5 vs 37.2 us; at 128 KiB they tie).
+  // on 2 cores: 8 B 4.5 vs 6.4 us, 32 KiB 33.5 vs 37.2 us; at 128 KiB they tie). Checked again
+  // with Open MPI's defaults (shared memory with CMA, what mpirun gives a user), 2 ranks, f32 sum,
+  // out of place, 4 interleaved rounds, medians, 2026-11-27 on the 2-core VM, busbw GB/s, native
+  // against DistComm's ring over MPI point-to-point: 64 KiB 2.67 / 2.02, 256 KiB 3.38 / 3.45,
+  // 1 MiB 4.59 / 4.33, 4 MiB 2.95 / 3.36, 16 MiB 2.17 / 2.10, 64 MiB 2.06 / 2.13: a tie from
+  // 256 KiB, so native stays. (Both make about 3x the blocking MPI_Allreduce at 64 MiB, 0.62-0.81
+  // GB/s there: MPI_Iallreduce runs another algorithm than MPI_Allreduce.)
   static constexpr const char* default_algo = "rd:0-64K;native:64K-max";
 
   // How an adopted communicator is held.
