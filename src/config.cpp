@@ -25,7 +25,7 @@ const std::vector<setting_info> setting_rows = {
      "Seconds any collective may wait for a peer before failing with timeout_error."},
     {"DISTCOMM_FUSION_THRESHOLD", "64M",
      "Tensor Fusion buffer size in bytes (K/M/G suffixes); 0 disables fusion."},
-    {"DISTCOMM_FUSION_CUTOFF", "1M (gloo: 4M)",
+    {"DISTCOMM_FUSION_CUTOFF", "1M (gloo: 4M, shm: 64K)",
      "Tensors of at least this many bytes are reduced in place instead of being copied into the "
      "fusion buffer; 0 packs every tensor below the threshold. The default is the backend's."},
     {"DISTCOMM_SEGMENT_SIZE", "256K (gloo: 1M)",

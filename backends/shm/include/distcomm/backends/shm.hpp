@@ -89,6 +89,12 @@ class shm_backend {
   // They copy each byte in and out once and read it once to reduce, where ring, tree and the
   // parameter server pass it through a ring buffer (two copies) at every hop.
   static constexpr const char* default_algo = "native:0-max";
+  // Tensor Fusion packs tensors below 64 KiB only (the default is 1 MiB): a collective here costs
+  // about 1 us, and packing copies each byte twice more through memory, which is what shm is
+  // bound by. ResNet-50's gradients on 2 ranks, fused step / one flat allreduce of the same bytes,
+  // interleaved rounds, 2026-11-27 on the 2-core VM: 1M 1.12-1.19 (median 1.16), 64K 0.99-1.14
+  // (median 1.05, 8 runs), 16K 0.99-1.04, 4K 0.97-1.06 (docs/PERFORMANCE.md).
+  static constexpr std::size_t default_fusion_cutoff = std::size_t{64} << 10;
 
   // Collective over the `size` ranks sharing `kv`, all on this host (checked: host name and boot
   // id): returns once every rank has mapped every segment and the names are unlinked.
