@@ -1,7 +1,5 @@
 #include "distcomm/hierarchical.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/rendezvous/host_names.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 #include "distcomm/rendezvous/store.hpp"
 #include "distcomm/strategy/table.hpp"
@@ -18,12 +17,6 @@
 namespace distcomm {
 
 namespace {
-
-std::string host_name() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
-  return host;
-}
 
 // The links between nodes, not loopback: over gloo, gloo's own allreduce from 1 MiB. 2
 // namespace-hosts x 1 rank, links shaped to 1 Gbit/s (tbf), f32 sum, medians of 10, 2026-11-27
@@ -51,21 +44,13 @@ hierarchical hierarchical::connect(const init_options& intra, const init_options
   const job j = given ? *given : shared_bootstrap(cfg);
   const int rank = j.world.rank;
   const int size = j.world.size;
-  std::vector<std::string> hosts(static_cast<std::size_t>(size), host_name());
   std::string prefix = "distcomm/hierarchical/0";
+  std::vector<std::string> hosts(1, this_host_name());
   if (size > 1) {
     // The n-th hierarchical of every rank gets the same keys.
     prefix = "distcomm/hierarchical/" +
              std::to_string(j.kv->add("distcomm/hierarchical/count/" + std::to_string(rank), 1));
-    const std::string mine = hosts[static_cast<std::size_t>(rank)];
-    j.kv->set(prefix + "/host/" + std::to_string(rank), bytes(mine.begin(), mine.end()));
-    std::vector<std::string> keys;
-    for (int q = 0; q < size; ++q) keys.push_back(prefix + "/host/" + std::to_string(q));
-    store_wait(*j.kv, keys, cfg.timeout);
-    for (int q = 0; q < size; ++q) {
-      const bytes v = j.kv->get(keys[static_cast<std::size_t>(q)]);
-      hosts[static_cast<std::size_t>(q)] = std::string(v.begin(), v.end());
-    }
+    hosts = host_names(*j.kv, prefix + "/host/", rank, size, cfg.timeout);
   }
   // Nodes in the order of their first rank; local ranks in rank order.
   std::vector<std::string> nodes;

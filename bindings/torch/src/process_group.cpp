@@ -1,17 +1,15 @@
 #include "process_group.hpp"
 
 #include <pybind11/pybind11.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <utility>
 
 #include "c10d_store.hpp"
 #include "distcomm/init.hpp"
 #include "distcomm/registry/backends.hpp"
+#include "distcomm/rendezvous/host_names.hpp"
 #include "tensors.hpp"
 #include "work.hpp"
 
@@ -31,18 +29,15 @@ config settings_for(std::chrono::milliseconds timeout) {
 // This rank's world within the group: its rank and size from PyTorch, and which of the group's
 // ranks share its host, learned through the group's store (the launcher's variables describe the
 // whole job, not a subgroup, and PyTorch's own test harness sets WORLD_SIZE without RANK).
-world_info world_of(store& kv, int rank, int size) {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
-  const std::string key = "distcomm_torch/host/";
-  kv.set(key + std::to_string(rank), bytes(host, host + std::strlen(host)));
+world_info world_of(store& kv, int rank, int size, const config& cfg) {
+  const std::vector<std::string> hosts =
+      host_names(kv, "distcomm_torch/host/", rank, size, cfg.timeout);
   world_info w;
   w.rank = rank;
   w.size = size;
   w.local_size = 0;
   for (int q = 0; q < size; ++q) {
-    const bytes other = kv.get(key + std::to_string(q));
-    if (std::string(other.begin(), other.end()) != host) continue;
+    if (hosts[static_cast<std::size_t>(q)] != hosts[static_cast<std::size_t>(rank)]) continue;
     if (q < rank) ++w.local_rank;
     ++w.local_size;
   }
@@ -57,7 +52,7 @@ any_communicator connect(const std::shared_ptr<store>& kv, int rank, int size, c
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "distcomm: rank ", rank,
               " is not a rank of a group of ", size);
   job j;
-  j.world = world_of(*kv, rank, size);
+  j.world = world_of(*kv, rank, size, cfg);
   j.kv = kv;
   init_options o;
   o.backend = cfg.backend.empty() ? backend_for(size, j.world.single_node()) : cfg.backend;
