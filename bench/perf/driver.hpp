@@ -32,10 +32,13 @@
 
 #include "check.hpp"
 #include "distcomm/communicator.hpp"
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/partition.hpp"
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/registry/strategies.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
+#include "distcomm/rendezvous/world.hpp"
 #include "options.hpp"
 #include "peer.hpp"
 #include "report.hpp"
@@ -588,6 +591,29 @@ int guarded_main(const char* program, F&& body) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     return 1;
   }
+}
+
+// main() of a backend that meets through the job's store (gloo, ucx, shm): parses the options,
+// detects the world, bootstraps the store and runs the sweep over make(job, config).
+template <class Backend, class Make>
+int store_backend_main(const char* program, int argc, char** argv, Make&& make) {
+  options o;
+  if (const int rc = parse_options(argc, argv, {program, false}, o); rc >= 0) return rc;
+  return guarded_main(program, [&] {
+    const config cfg = config::from_env();
+    const world_info w = detect_world();
+    process_env env;
+    env.program = program;
+    env.peer.rank = w.rank;
+    env.peer.size = w.size;
+    env.peer.single_node = w.single_node();
+    env.peer.launcher = w.launcher;
+    env.peer.timeout = cfg.timeout;
+    precheck<Backend>(o, env.peer);
+    job j = bootstrap(cfg);
+    env.peer.kv = [&] { return j.kv; };
+    return run(make(j, cfg), o, env);
+  });
 }
 
 }  // namespace distcomm::bench

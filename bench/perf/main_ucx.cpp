@@ -1,32 +1,11 @@
 // distcomm-bench-ucx: the sweep on the UCX backend, bootstrapped through DistComm's store.
 //   distcomm-run -np 2 distcomm-bench-ucx -b 8 -e 64M -f 2 --strategy ring
-#include <string>
-
 #include "distcomm/backends/ucx.hpp"
-#include "distcomm/config.hpp"
-#include "distcomm/rendezvous/bootstrap.hpp"
 #include "driver.hpp"
 
 int main(int argc, char** argv) {
-  namespace db = distcomm::bench;
   namespace dc = distcomm;
-  const char* program = "distcomm-bench-ucx";
-  db::options o;
-  if (const int rc = db::parse_options(argc, argv, {program, false}, o); rc >= 0) return rc;
-  return db::guarded_main(program, [&] {
-    const dc::config cfg = dc::config::from_env();
-    const dc::world_info w = dc::detect_world();
-    db::process_env env;
-    env.program = program;
-    env.peer.rank = w.rank;
-    env.peer.size = w.size;
-    env.peer.single_node = w.single_node();
-    env.peer.launcher = w.launcher;
-    env.peer.timeout = cfg.timeout;
-    db::precheck<dc::ucx_backend>(o, env.peer);
-    dc::job j = dc::bootstrap(cfg);
-    env.peer.kv = [&] { return j.kv; };
-    dc::ucx_backend b(j, cfg.timeout);
-    return db::run(std::move(b), o, env);
-  });
+  return distcomm::bench::store_backend_main<dc::ucx_backend>(
+      "distcomm-bench-ucx", argc, argv,
+      [](const dc::job& j, const dc::config& cfg) { return dc::ucx_backend(j, cfg.timeout); });
 }
