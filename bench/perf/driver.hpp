@@ -579,6 +579,18 @@ int run(Backend backend, const options& o, const process_env& env) {
   });
 }
 
+// The process's part of a run: the program's name and the world the launcher described.
+inline process_env process_env_of(const char* program, const world_info& w, const config& cfg) {
+  process_env env;
+  env.program = program;
+  env.peer.rank = w.rank;
+  env.peer.size = w.size;
+  env.peer.single_node = w.single_node();
+  env.peer.launcher = w.launcher;
+  env.peer.timeout = cfg.timeout;
+  return env;
+}
+
 // main()'s frame: a usage error (invalid_argument_error) exits 2, any other failure 1.
 template <class F>
 int guarded_main(const char* program, F&& body) {
@@ -601,14 +613,7 @@ int store_backend_main(const char* program, int argc, char** argv, Make&& make) 
   if (const int rc = parse_options(argc, argv, {program, false}, o); rc >= 0) return rc;
   return guarded_main(program, [&] {
     const config cfg = config::from_env();
-    const world_info w = detect_world();
-    process_env env;
-    env.program = program;
-    env.peer.rank = w.rank;
-    env.peer.size = w.size;
-    env.peer.single_node = w.single_node();
-    env.peer.launcher = w.launcher;
-    env.peer.timeout = cfg.timeout;
+    process_env env = process_env_of(program, detect_world(), cfg);
     precheck<Backend>(o, env.peer);
     job j = bootstrap(cfg);
     env.peer.kv = [&] { return j.kv; };

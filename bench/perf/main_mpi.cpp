@@ -25,13 +25,7 @@ int main(int argc, char** argv) {
           dc::to_string(w.launcher) + "; e.g. mpirun -np 2 " + program);
     }
     const dc::config cfg = dc::config::from_env();
-    db::process_env env;
-    env.program = program;
-    env.peer.rank = w.rank;
-    env.peer.size = w.size;
-    env.peer.single_node = w.single_node();
-    env.peer.launcher = w.launcher;
-    env.peer.timeout = cfg.timeout;
+    db::process_env env = db::process_env_of(program, w, cfg);
     db::precheck<dc::mpi_backend>(o, env.peer);
     dc::mpi_backend b;
     if (b.size() != w.size) {
