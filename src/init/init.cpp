@@ -18,10 +18,16 @@ namespace {
 
 config settings_of(const init_options& o) { return o.settings ? *o.settings : config::from_env(); }
 
-std::string backend_of(const init_options& o, const config& cfg, const job* given = nullptr) {
+// The world the default choice depends on, read once and only when no backend is named.
+world_info world_for_default(const init_options& o, const config& cfg, const job* given) {
+  if (!o.backend.empty() || !cfg.backend.empty()) return world_info{};
+  return given ? given->world : detect_world();
+}
+
+std::string backend_of(const init_options& o, const config& cfg, const world_info& w) {
   if (!o.backend.empty()) return o.backend;
   if (!cfg.backend.empty()) return cfg.backend;
-  return default_backend(given ? given->world : detect_world());
+  return default_backend(w);
 }
 
 std::string strategy_of(const init_options& o, const config& cfg) {
@@ -33,11 +39,9 @@ std::string strategy_of(const init_options& o, const config& cfg) {
 
 std::string resolved_backend(const init_options& options) {
   const config cfg = settings_of(options);
-  if (options.backend.empty() && cfg.backend.empty()) {
-    const world_info w = detect_world();
-    if (hierarchical_threshold(w, cfg, options)) return "shm+" + default_backend(w);
-  }
-  return backend_of(options, cfg);
+  const world_info w = world_for_default(options, cfg, nullptr);
+  if (hierarchical_threshold(w, cfg, options)) return "shm+" + default_backend(w);
+  return backend_of(options, cfg, w);
 }
 
 std::string resolved_strategy(const init_options& options) {
@@ -51,9 +55,7 @@ any_communicator connect(const init_options& options, const job* given) {
   const config cfg = settings_of(options);
   // A job across hosts with several ranks on each: shm inside each host, the network backend
   // across, when nothing else is asked for (hierarchical.hpp says when and from which size).
-  const world_info w =
-      options.backend.empty() && cfg.backend.empty() ? (given ? given->world : detect_world())
-                                                     : world_info{};
+  const world_info w = world_for_default(options, cfg, given);
   if (const std::optional<std::size_t> from = hierarchical_threshold(w, cfg, options)) {
     init_options intra = options, inter = options;
     intra.settings = inter.settings = cfg;
@@ -69,7 +71,7 @@ any_communicator connect(const init_options& options, const job* given) {
     }
     return comm;
   }
-  const std::string backend = backend_of(options, cfg, given);
+  const std::string backend = backend_of(options, cfg, w);
   const std::string strategy = strategy_of(options, cfg);
   set_log_level(cfg.log);  // before connecting: the backends log while they start
   return visit_backend(
