@@ -74,7 +74,11 @@ staging::staging(int device, std::optional<std::chrono::duration<double>> timeou
                                  " does not exist (" + std::to_string(devices) + " visible)");
   }
   use_device();
-  check_cuda(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking),
+  // A blocking stream: it runs after the work the caller put on the default stream before the
+  // call (a cudaMemset of the output, say), as a caller of a blocking collective expects. A
+  // non-blocking one let the H2D copy of a result land before such a memset, which then zeroed
+  // it (seen on an H100: test_cuda_host_staged's out-of-place checks).
+  check_cuda(cudaStreamCreateWithFlags(&own_stream_, cudaStreamDefault),
              "cudaStreamCreateWithFlags");
   stream_ = own_stream_;
   check_cuda(cudaEventCreateWithFlags(&complete_event_, cudaEventDisableTiming), "cudaEventCreate");

@@ -296,7 +296,7 @@ std::shared_ptr<detail::nccl_state> create(store* kv, int rank, int size, int de
     s->timed_out("ncclCommInitRankConfig (waiting for all " + std::to_string(size) +
                  " ranks to join)");
   }
-  detail::check_cuda(cudaStreamCreateWithFlags(&s->own_stream, cudaStreamNonBlocking),
+  detail::check_cuda(cudaStreamCreateWithFlags(&s->own_stream, cudaStreamDefault),
                      "cudaStreamCreateWithFlags");
   s->stream = s->own_stream;
   return s;
@@ -337,7 +337,7 @@ nccl_backend::nccl_backend(ncclComm_t comm, ownership kind,
   detail::check_nccl(ncclCommCount(comm, &state_->size), "ncclCommCount", comm);
   detail::check_nccl(ncclCommCuDevice(comm, &state_->device), "ncclCommCuDevice", comm);
   state_->use_device();
-  detail::check_cuda(cudaStreamCreateWithFlags(&state_->own_stream, cudaStreamNonBlocking),
+  detail::check_cuda(cudaStreamCreateWithFlags(&state_->own_stream, cudaStreamDefault),
                      "cudaStreamCreateWithFlags");
   state_->stream = state_->own_stream;
 }

@@ -235,7 +235,7 @@ class host_staged {
   int size() const { return inner_.size(); }
   int device() const noexcept { return s_->device(); }
   B& inner() noexcept { return inner_; }
-  // The stream of the copies and the memory operations: a non-blocking stream of this backend,
+  // The stream of the copies and the memory operations: a blocking stream of this backend,
   // until set_stream() (e.g. a framework's current stream; not owned).
   cudaStream_t stream() const noexcept { return s_->stream(); }
   void set_stream(cudaStream_t s) noexcept { s_->set_stream(s); }

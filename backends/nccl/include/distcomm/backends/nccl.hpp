@@ -147,8 +147,9 @@ class nccl_backend {
   int size() const noexcept;
   int device() const noexcept;
   ncclComm_t comm() const noexcept;
-  // The stream every call without a stream argument uses: a non-blocking stream created for this
-  // backend, until set_stream() (e.g. with a framework's current stream; not owned).
+  // The stream every call without a stream argument uses: a stream created for this backend,
+  // blocking (it runs after what the caller put on the default stream before the call), until
+  // set_stream() (e.g. with a framework's current stream; not owned).
   cudaStream_t stream() const noexcept;
   void set_stream(cudaStream_t s) noexcept;
 
