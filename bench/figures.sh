@@ -93,6 +93,9 @@ for ((round = 1; round <= rounds; ++round)); do
   run bw_ucx_ring "${mpirun[@]}" "$bin/distcomm-bench-ucx" "${bandwidth[@]}" --strategy ring \
     --peer mpi
   if [[ -x "$bin/distcomm-bench-shm" ]]; then  # shm under mpirun: MPI_Allreduce in its processes
+    # The bound shm's busbw is held to, taken now: two threads copying at once.
+    "$bin/distcomm-bench-kernels" --benchmark_filter='^copy' --benchmark_repetitions=3 \
+      >"$out/membw_$round.txt" 2>&1
     run bw_shm_native "${mpirun[@]}" "$bin/distcomm-bench-shm" "${bandwidth[@]}" \
       --strategy native --peer mpi
     run lat_shm_native "${mpirun[@]}" "$bin/distcomm-bench-shm" "${latency[@]}" \
@@ -117,6 +120,10 @@ for ((round = 1; round <= rounds; ++round)); do
     --strategy ring --peer gloo --profile "$here/profiles/resnet50.txt"
   run prof_mpi_native "${mpirun[@]}" "$bin/distcomm-bench-mpi" "${profile[@]}" --strategy native \
     --peer mpi --profile "$here/profiles/resnet50.txt"
+  if [[ -x "$bin/distcomm-bench-shm" ]]; then
+    run prof_shm_native "${mpirun[@]}" "$bin/distcomm-bench-shm" "${profile[@]}" \
+      --strategy native --profile "$here/profiles/resnet50.txt"
+  fi
   run prof_local_ring "$bin/distcomm-bench-local" -np 2 "${profile[@]}" --strategy ring \
     --profile "$here/profiles/resnet50.txt"
 done

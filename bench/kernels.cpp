@@ -9,6 +9,10 @@
 // Defaults: 9 repetitions, randomly interleaved across benchmarks (the machine is noisy; a slow
 // phase then hits every benchmark alike), medians reported. Any --benchmark_* flag overrides them.
 // The last lines compare the medians: "combine f32 sum: X GB/s, a[i]+=b[i]: Y GB/s, ratio Z%".
+// "copy, N threads" is memcpy on 64 MiB arrays, each thread its own pair, all at once (2N counted
+// per thread, summed): with one thread per rank it bounds what an allreduce of the processes on
+// this host can reach, as measured now (bench/figures.sh runs it beside shm's figures each round:
+// this VM's memory bandwidth moved between 16 and 56 GB/s from day to day).
 // (Google Benchmark's own bytes_per_second column is in binary units: its "G/s" is GiB/s.)
 #include <benchmark/benchmark.h>
 #include <unistd.h>
@@ -20,6 +24,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -143,6 +148,31 @@ void bm_baseline_add3(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 3 * bytes));
 }
 
+// memcpy, one pair of arrays per thread (the threads run at once; Google Benchmark sums bytes).
+void bm_copy(benchmark::State& state) {
+  static std::map<int, arrays> per_thread;  // filled by thread 0 before the others start
+  static std::mutex mu;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  arrays* m = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    arrays& set = per_thread[state.thread_index()];
+    for (auto* p : {&set.a, &set.b}) {
+      if (*p) continue;
+      void* mem = std::aligned_alloc(4096, bytes);
+      if (mem == nullptr) std::abort();
+      std::memset(mem, 1, bytes);
+      p->reset(mem);
+    }
+    m = &set;
+  }
+  for (auto _ : state) {
+    std::memcpy(m->b.get(), m->a.get(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * bytes));
+}
+
 const char* const name_combine_in_place = "combine f32 sum in place (dst==a)";
 const char* const name_baseline_add = "baseline a[i]+=b[i] f32";
 const char* const name_combine_out_of_place = "combine f32 sum out of place";
@@ -169,6 +199,7 @@ void register_benchmarks() {
     reg("combine bf16 sum in place", bm_combine, dtype::bf16, reduce_op::sum, placement::in_place)
         ->Arg(arg);
   }
+  reg("copy", bm_copy)->Arg(static_cast<std::int64_t>(big_bytes))->Threads(1)->Threads(2);
   reg("divide f32 by 3", bm_divide, dtype::f32)->Arg(static_cast<std::int64_t>(big_bytes));
   reg("divide f16 by 3", bm_divide, dtype::f16)->Arg(static_cast<std::int64_t>(big_bytes));
 }
@@ -183,7 +214,8 @@ class summary_reporter : public benchmark::ConsoleReporter {
     for (const Run& run : runs) {
       const auto it = run.counters.find("bytes_per_second");
       if (run.error_occurred || it == run.counters.end()) continue;
-      const std::string name = run.run_name.function_name + "/" + run.run_name.args;
+      const std::string name = run.run_name.function_name + "/" + run.run_name.args +
+                               (run.threads > 1 ? "/threads:" + std::to_string(run.threads) : "");
       if (run.run_type == Run::RT_Aggregate) {
         if (run.aggregate_name == "median") medians_[name] = it->second.value;
       } else {
@@ -240,5 +272,13 @@ int main(int argc, char** argv) {
   print_ratio(reporter, "combine f32 sum", name_combine_in_place, "a[i]+=b[i]", name_baseline_add);
   print_ratio(reporter, "combine f32 sum out of place", name_combine_out_of_place, "c[i]=a[i]+b[i]",
               name_baseline_add3);
+  for (int threads : {1, 2}) {
+    const std::string name = "copy/" + std::to_string(big_bytes) +
+                             (threads > 1 ? "/threads:" + std::to_string(threads) : "");
+    if (const double v = reporter.median(name); v > 0) {
+      std::printf("copy, %d thread%s: %.2f GB/s (median, %zu MiB per array, 2N counted)\n", threads,
+                  threads > 1 ? "s" : "", v / 1e9, big_bytes >> 20);
+    }
+  }
   return 0;
 }

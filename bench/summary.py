@@ -96,7 +96,7 @@ def sweep_table(prefix, value, title, unit):
     sizes = sorted({s for n in names for s in sweeps[n]})
     peers = {}
     for n in names:
-        peer = "MPI_Allreduce" if ("mpi" in n or "ucx" in n) else "gloo::allreduce"
+        peer = "MPI_Allreduce" if peer_of(n) == "MPI" else "gloo::allreduce"
         if "local" in n:
             continue
         for s, cell in sweeps[n].items():
@@ -126,7 +126,8 @@ def sweep_table(prefix, value, title, unit):
 
 
 def peer_of(name):
-    return "MPI" if ("mpi" in name or "ucx" in name) else "gloo"
+    # figures.sh runs shm and ucx under mpirun with --peer mpi
+    return "MPI" if any(k in name for k in ("mpi", "ucx", "shm")) else "gloo"
 
 
 print("## Allreduce, 2 processes, f32 sum\n")
@@ -212,17 +213,57 @@ for n in ("lat_gloo_native", "lat_gloo_ring"):
             ours, ref = med(cell["ip_time_us"]), med(cell["peer_time_us"])
             lines.append(f"- {size_label(s)}, gloo backend ≤ raw gloo: {n[4:]} {ours:.1f} µs vs "
                          f"{ref:.1f} µs: {verdict(ours <= ref)}")
-for n in (n for n in sweeps if n.endswith("_native") and n.startswith("bw_")):
+# (shm's native collectives wrap no library call: its ratio column is against MPI_Allreduce)
+for n in (n for n in sweeps if n.endswith("_native") and n.startswith("bw_") and "shm" not in n):
     for s, cell in sorted(sweeps[n].items()):
         if s >= 64 << 10 and "ratio" in cell:
             r = med(cell["ratio"])
             lines.append(f"- ≥ 64 KiB, native overhead ≤ 5%: {n[3:]} {size_label(s)}: "
                          f"{r:.3f}× the raw call: {verdict(r >= 0.95)}")
+# shm, 2 processes: against MPI_Allreduce and raw gloo, and against the memory bound of the same
+# round (bench/kernels.cpp "copy, 2 threads": an allreduce of 2 ranks reads n and writes n bytes per
+# rank, 4n in all, so its busbw, n / t, is at most copy's 2N-counted rate / 4).
+shm_rounds = {}
+for path in glob.glob(os.path.join(root, "bw_shm_native_[0-9]*.csv")):
+    rnd = re.search(r"_(\d+)\.csv$", path).group(1)
+    with open(path, newline="") as f:
+        shm_rounds[rnd] = {int(r["size"]): r for r in csv.DictReader(f)}
+membw = {}
+for path in glob.glob(os.path.join(root, "membw_[0-9]*.txt")):
+    with open(path) as f:
+        m = re.search(r"copy, 2 threads: ([0-9.]+) GB/s", f.read())
+    if m:
+        membw[re.search(r"_(\d+)\.txt$", path).group(1)] = float(m.group(1))
+gloo_raw = sweeps.get("bw_gloo_native", {})
+for s in (32 << 20, 128 << 20):
+    cell = sweeps.get("bw_shm_native", {}).get(s)
+    if not cell or "ratio" not in cell:
+        continue
+    r = med(cell["ratio"])
+    lines.append(f"- shm ≥ 3× MPI_Allreduce, {size_label(s)}: {med(cell['ip_busbw_GBps']):.2f} GB/s, "
+                 f"{r:.2f}× MPI's {med(cell['peer_busbw_GBps']):.2f}: {verdict(r >= 3)}")
+    if s == 32 << 20 and "peer_busbw_GBps" in gloo_raw.get(s, {}):
+        g = med(gloo_raw[s]["peer_busbw_GBps"])
+        lines.append(f"- shm ≥ 10× raw gloo, 32 MiB: {med(cell['ip_busbw_GBps']) / g:.2f}× gloo's "
+                     f"{g:.2f} GB/s: {verdict(med(cell['ip_busbw_GBps']) >= 10 * g)}")
+    fractions = [float(shm_rounds[k][s]["ip_busbw_GBps"]) / (membw[k] / 4)
+                 for k in sorted(membw) if k in shm_rounds and s in shm_rounds[k]]
+    if fractions:
+        bound = med([membw[k] / 4 for k in membw])
+        lines.append(f"- shm ≥ 40% of the memory bound, {size_label(s)}: {100 * med(fractions):.0f}% "
+                     f"(per round {', '.join(f'{100 * x:.0f}%' for x in fractions)}; bound "
+                     f"{bound:.2f} GB/s, copy with 2 threads / 4): {verdict(med(fractions) >= 0.4)}")
+for s, cell in sorted(sweeps.get("lat_shm_native", {}).items()):
+    if s <= 4096 and "peer_time_us" in cell:
+        ours, ref = med(cell["ip_time_us"]), med(cell["peer_time_us"])
+        lines.append(f"- shm latency ≤ 1.0× MPI_Allreduce, {size_label(s)}: {ours:.2f} µs vs "
+                     f"{ref:.2f} µs = {ours / ref:.2f}×: {verdict(ours <= ref)}")
 for name, modes in profiles.items():
     fused, unfused, flat = (med(modes.get(k, [])) for k in ("fused", "unfused", "flat"))
     if fused and flat:
-        lines.append(f"- ResNet-50 fused ≤ 1.2× flat: {name[5:]}: {fused / flat:.2f}×: "
-                     f"{verdict(fused <= 1.2 * flat)}")
+        limit = 1.1 if "shm" in name else 1.2
+        lines.append(f"- ResNet-50 fused ≤ {limit}× flat: {name[5:]}: {fused / flat:.2f}×: "
+                     f"{verdict(fused <= limit * flat)}")
     if fused and unfused and "gloo" in name:
         lines.append(f"- ResNet-50 on gloo, fused ≥ 3× faster than unfused: {name[5:]}: "
                      f"{unfused / fused:.2f}×: {verdict(unfused >= 3 * fused)}")

@@ -1,5 +1,8 @@
 #include "distcomm/config.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -61,6 +64,14 @@ const std::vector<setting_info> setting_rows = {
     {"DISTCOMM_TIMELINE", "(none)",
      "File for a Chrome trace (Perfetto, chrome://tracing) of every collective and engine phase; "
      "%r becomes the rank."},
+    {"DISTCOMM_FLIGHT_RECORDER", "1024",
+     "Collectives each communicator remembers (sequence number, collective, dtype, count, op, "
+     "root, state, timestamps) for the hang forensics of distcomm-trace; 0 turns the recorder "
+     "off."},
+    {"DISTCOMM_DUMP_DIR", "(none)",
+     "Existing directory where each rank writes its flight recorder as JSON when a collective "
+     "fails or times out, on SIGUSR1 and on request (trace::dump_flight_records()); "
+     "`distcomm-trace DIR` reads them."},
 };
 
 std::string quote(const char* name, const std::string& value) {
@@ -301,6 +312,18 @@ config config::from_env(const env_lookup& getenv) {
     }
     c.timeline = v;
   }
+  if (get("DISTCOMM_FLIGHT_RECORDER", v)) {
+    c.flight_recorder =
+        v == "0" ? 0 : static_cast<std::size_t>(parse_count("DISTCOMM_FLIGHT_RECORDER", v));
+  }
+  if (get("DISTCOMM_DUMP_DIR", v) && !v.empty()) {
+    struct stat st {};
+    if (::stat(v.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || ::access(v.c_str(), W_OK) != 0) {
+      throw invalid_argument_error(quote("DISTCOMM_DUMP_DIR", v) +
+                                   " is not a directory this process can write (create it first)");
+    }
+    c.dump_dir = v;
+  }
   return c;
 }
 
@@ -321,7 +344,9 @@ std::string config::to_string() const {
      << "DISTCOMM_LOG=" << distcomm::to_string(log) << '\n'
      << "DISTCOMM_CYCLE_TIME=" << cycle_time.count() * 1000.0 << '\n'
      << "DISTCOMM_STALL_WARNING=" << stall_warning.count() << '\n'
-     << "DISTCOMM_TIMELINE=" << (timeline.empty() ? std::string("(none)") : timeline) << '\n';
+     << "DISTCOMM_TIMELINE=" << (timeline.empty() ? std::string("(none)") : timeline) << '\n'
+     << "DISTCOMM_FLIGHT_RECORDER=" << flight_recorder << '\n'
+     << "DISTCOMM_DUMP_DIR=" << dump_dir << '\n';
   return os.str();
 }
 

@@ -7,7 +7,8 @@
 // aborts the backend (so the other ranks fail fast too) and refuses further calls with an error
 // of the first failure's kind. Every collective also comes non-blocking (iallreduce, ...),
 // returning a work; both forms run the same code, in the order they were started
-// (async/progress.hpp).
+// (async/progress.hpp). A flight recorder keeps the last collectives for distcomm-trace
+// (trace/flight_recorder.hpp).
 #pragma once
 
 #include <unistd.h>
@@ -38,6 +39,7 @@
 #include "distcomm/log.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/strategy/automatic.hpp"
+#include "distcomm/trace/flight_recorder.hpp"
 #include "distcomm/trace/timeline.hpp"
 
 namespace distcomm {
@@ -82,9 +84,7 @@ class communicator {
   using fusion_type = Fusion;
 
   explicit communicator(Backend backend, config cfg = config::from_env())
-      : s_(std::make_unique<state>(std::move(backend), std::move(cfg))) {
-    set_log_level(s_->cfg.log);  // DISTCOMM_LOG is read with the rest of the configuration
-  }
+      : communicator(std::move(backend), std::move(cfg), std::nullopt) {}
 
   // A move hands over the whole state (and collectives still running keep running on it).
   communicator(communicator&&) noexcept = default;
@@ -326,7 +326,20 @@ class communicator {
   // Collectives started on this communicator so far (the sequence number of the next one).
   std::uint64_t calls() const noexcept { return s_ ? s_->check.calls() : 0; }
 
+  // The flight recorder of this communicator (null with DISTCOMM_FLIGHT_RECORDER=0): its last
+  // collectives, as trace::dump_flight_records() writes them.
+  std::shared_ptr<const trace::flight_recorder> recorder() const noexcept {
+    return s_ ? s_->recorder : nullptr;
+  }
+
  private:
+  // `id` names a sub-communicator's recorder after its parent's; a communicator made from a
+  // backend gets the process's next name (trace::next_recorder_name()).
+  communicator(Backend backend, config cfg, std::optional<trace::flight_recorder::identity> id)
+      : s_(std::make_unique<state>(std::move(backend), std::move(cfg), std::move(id))) {
+    set_log_level(s_->cfg.log);  // DISTCOMM_LOG is read with the rest of the configuration
+  }
+
   static constexpr bool moves_device = detail::moves_device_memory<Backend>::value;
 
   // Every rank's `word`, in rank order (group agreement: lists, host names).
@@ -337,7 +350,7 @@ class communicator {
   }
 
   struct state {
-    state(Backend b, config c)
+    state(Backend b, config c, std::optional<trace::flight_recorder::identity> id)
         : backend(std::move(b)),
           cfg(with_backend_defaults(detail::with_runtime_defaults(backend, std::move(c)))),
           strategy(cfg),
@@ -346,6 +359,17 @@ class communicator {
                 check::settings_of(cfg, detail::strategy_name<Strategy>::value)),
           timeline(trace::timeline::open(cfg.timeline, backend.rank())) {
       check.watch_stalls(backend.rank(), cfg.stall_warning);
+      if (cfg.flight_recorder != 0) {
+        if (!id) {
+          id.emplace();
+          id->name = trace::next_recorder_name();
+          id->rank = backend.rank();
+          for (int r = 0; r < backend.size(); ++r) id->ranks.push_back(r);
+        }
+        id->backend = detail::backend_name_of(backend);
+        id->strategy = strategy_name();
+        recorder = trace::flight_recorder::make(cfg.flight_recorder, std::move(*id));
+      }
       if (timeline) {
         track = timeline->track(std::string("collectives (") + detail::backend_name_of(backend) +
                                 ", " + strategy_name() + ")");
@@ -360,6 +384,7 @@ class communicator {
     std::string failure;                        // "<collective>: <what()>" of the first failure
     std::exception_ptr first_failure;           // set with failure; its type is rethrown
     std::shared_ptr<trace::timeline> timeline;  // DISTCOMM_TIMELINE, else null
+    std::shared_ptr<trace::flight_recorder> recorder;  // DISTCOMM_FLIGHT_RECORDER, else null
     int track = 0;
     std::uint64_t splits = 0;   // sub-communicators made so far: their names
     detail::progress progress;  // last: stopped (queue run) before the rest goes
@@ -380,13 +405,14 @@ class communicator {
   template <class Body>
   void run(call<Body> c) {
     state& s = get(c.what);
-    s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body); });
+    s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, posted_now(s)); });
   }
   template <class Body, class... Keep>
   work post(call<Body> c, Keep... keep) {
     state& s = get(c.what);
-    return s.progress.post(
-        [&s, c = std::move(c), keep...]() mutable { guarded(s, c.what, c.fp, c.body); });
+    return s.progress.post([&s, c = std::move(c), posted = posted_now(s), keep...]() mutable {
+      guarded(s, c.what, c.fp, c.body, posted);
+    });
   }
 
   // Messages: a call whose body posts them and returns their requests.
@@ -404,14 +430,15 @@ class communicator {
   template <class Body, class... Keep>
   work post_in_flight(call<Body> c, Keep... keep) {
     state& s = get(c.what);
-    return s.progress.post_in_flight([&s, c = std::move(c), keep...]() mutable -> detail::poll_fn {
+    return s.progress.post_in_flight([&s, c = std::move(c), posted_at = posted_now(s),
+                                      keep...]() mutable -> detail::poll_fn {
       auto posted = std::make_shared<requests>();
       deadline until{};
       auto post = [&](state& st, deadline u) {
         until = u;
         *posted = c.body(st, u);
       };
-      guarded(s, c.what, c.fp, post);
+      guarded(s, c.what, c.fp, post, posted_at);
       if (posted->empty()) return {};
       return [&s, what = c.what, posted, until, keep...]() -> bool {
         try {
@@ -694,7 +721,15 @@ class communicator {
         child = s.backend.split(members, name);
       });
       if (!child) return std::nullopt;
-      return communicator(std::move(*child), s.cfg);
+      std::optional<trace::flight_recorder::identity> id;
+      if (s.recorder) {
+        const trace::flight_recorder::identity& parent = s.recorder->who();
+        id.emplace();
+        id->name = parent.name + "/" + std::to_string(s.splits - 1);
+        id->rank = child->rank();
+        for (int m : members) id->ranks.push_back(parent.ranks[static_cast<std::size_t>(m)]);
+      }
+      return communicator(std::move(*child), s.cfg, std::move(id));
     }
   }
 
@@ -723,7 +758,8 @@ class communicator {
   // error after the same exchange, so the next call pairs up as usual. Any other failure (and a
   // peer that left) makes it unusable.
   template <class Body>
-  static void guarded(state& s, const char* what, const check::call_fingerprint& fp, Body& body) {
+  static void guarded(state& s, const char* what, const check::call_fingerprint& fp, Body& body,
+                      trace::flight_recorder::time_point posted) {
     if (s.first_failure) {
       rethrow_failure(s, std::string(what) +
                              ": this communicator is unusable since an earlier "
@@ -732,6 +768,31 @@ class communicator {
     }
     const deadline until = deadline_after(s.cfg.timeout);
     const span_on_exit traced{s, what, fp};
+    const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
+    if (!s.recorder || !collective) return checked(s, what, fp, body, until);
+    const std::uint64_t slot = s.recorder->start(s.check.calls(), what, fp, posted);
+    try {
+      checked(s, what, fp, body, until);
+    } catch (const invalid_argument_error& e) {
+      s.recorder->finish(slot, e, e.what());  // this rank's own bad call: nothing to dump
+      throw;
+    } catch (const std::exception& e) {
+      s.recorder->finish(slot, e, e.what());
+      trace::dump_flight_records(std::string(what) + " failed: " + e.what(), s.cfg.dump_dir);
+      throw;
+    }
+    s.recorder->finish(slot);
+  }
+
+  // When a collective was posted, for the flight recorder (not read without one).
+  static trace::flight_recorder::time_point posted_now(const state& s) {
+    return s.recorder ? trace::flight_recorder::now() : trace::flight_recorder::time_point{};
+  }
+
+  // guarded()'s agreement and body.
+  template <class Body>
+  static void checked(state& s, const char* what, const check::call_fingerprint& fp, Body& body,
+                      deadline until) {
     try {
       if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
         s.check.agree(s.backend, fp, what, until);

@@ -55,6 +55,12 @@ struct config {
   // Chrome trace of every collective and engine phase; %r becomes the rank; empty: none
   // (DISTCOMM_TIMELINE).
   std::string timeline;
+  // Collectives each communicator remembers for the hang forensics (trace/flight_recorder.hpp);
+  // 0 turns the recorder off (DISTCOMM_FLIGHT_RECORDER).
+  std::size_t flight_recorder = 1024;
+  // Directory the flight recorders are written to, one JSON file per rank, when a collective
+  // fails, on SIGUSR1 and on request; empty: not written (DISTCOMM_DUMP_DIR).
+  std::string dump_dir;
 
   using env_lookup = std::function<const char*(const char*)>;
 

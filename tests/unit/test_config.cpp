@@ -194,6 +194,10 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_STALL_WARNING", "soon"},
       {"DISTCOMM_STALL_WARNING", "-3"},
       {"DISTCOMM_TIMELINE", "/tmp/trace.%d.json"},  // only %r is replaced
+      {"DISTCOMM_FLIGHT_RECORDER", "lots"},
+      {"DISTCOMM_FLIGHT_RECORDER", "-1"},
+      {"DISTCOMM_DUMP_DIR", "/nonexistent/distcomm-dumps"},
+      {"DISTCOMM_DUMP_DIR", "/proc/self/status"},  // a file, not a directory
   };
   std::set<std::string> covered;
   for (const auto& [name, value] : garbage) {

@@ -1,0 +1,94 @@
+// trace::flight_recorder: the last N collectives of one communicator (DISTCOMM_FLIGHT_RECORDER,
+// 0 turns it off), each with its sequence number, collective, dtype, count, op, root, the ranks
+// taking part, its state (posted, started, completed, failed, with the error) and timestamps. It
+// costs one mutex and a few stores per collective (docs/FAULTS.md has the figures).
+//
+// Every recorder of a process is written, as one JSON file per process, into DISTCOMM_DUMP_DIR:
+// when a collective fails (times out, loses a peer, finds a mismatch), when the process gets
+// SIGUSR1 (where the application did not install its own handler), and when dump_flight_records()
+// is called. `distcomm-trace DIR` reads the files of every rank and names the collective the
+// ranks diverged on and the ranks that were behind (docs/FAULTS.md, "Hang forensics").
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "distcomm/check/fingerprint.hpp"
+
+namespace distcomm::trace {
+
+class flight_recorder {
+ public:
+  using time_point = std::chrono::system_clock::time_point;
+  enum class state : std::uint8_t { posted, started, completed, failed };
+
+  // Who the recorder belongs to: the same name and ranks on every rank of the communicator.
+  struct identity {
+    std::string name;        // next_recorder_name(), "c0/1", ...: the same on every member
+    int rank = 0;            // in the communicator
+    std::vector<int> ranks;  // the job's ranks of its members, in communicator order
+    std::string backend;
+    std::string strategy;
+  };
+
+  struct entry {
+    std::uint64_t seq = 0;  // collectives of this communicator before this one
+    const char* what = "";  // "allreduce", "grouped allreduce", ...
+    check::call_fingerprint fp;
+    state st = state::posted;
+    time_point posted, started, ended;
+    std::string error;       // when failed
+    const char* error_kind = "";  // timeout, peer_lost, mismatch, backend, invalid_argument, error
+  };
+
+  // A recorder keeping `capacity` entries, registered with this process's dumps until it is
+  // destroyed; nullptr when capacity is 0.
+  static std::shared_ptr<flight_recorder> make(std::size_t capacity, identity id);
+  ~flight_recorder();
+  flight_recorder(const flight_recorder&) = delete;
+  flight_recorder& operator=(const flight_recorder&) = delete;
+
+  static time_point now() { return std::chrono::system_clock::now(); }
+
+  // A collective posted (queued behind others) at `posted` and started now: returns its slot.
+  std::uint64_t start(std::uint64_t seq, const char* what, const check::call_fingerprint& fp,
+                      time_point posted);
+  // Its end: completed, or failed with `e`.
+  void finish(std::uint64_t slot);
+  void finish(std::uint64_t slot, const std::exception& e, const std::string& text);
+
+  const identity& who() const noexcept { return id_; }
+  // The entries still kept, oldest first, and how many were recorded in all.
+  std::vector<entry> entries() const;
+  std::uint64_t recorded() const;
+  // This recorder as a JSON object (its identity and entries).
+  std::string json() const;
+
+  flight_recorder(std::size_t capacity, identity id);
+
+ private:
+  void end(std::uint64_t slot, state st, const char* kind, const std::string& text);
+  mutable std::mutex mu_;
+  identity id_;
+  std::vector<entry> ring_;
+  std::uint64_t next_ = 0;  // entries recorded so far; slot n is ring_[n % capacity]
+};
+
+// The name of the next communicator this process makes from a backend: "c0", "c1", ... (so the
+// job's first communicator, made alike on every rank, has the same name everywhere). Its
+// sub-communicators are named after it: "c0/0", "c0/1", ...
+std::string next_recorder_name();
+
+// Writes every live recorder of this process into `dir` (DISTCOMM_DUMP_DIR when empty) as
+// dir/distcomm-flight.<job rank>.<pid>.json, atomically (a temporary file renamed), with `reason`.
+// Returns the path written, or "" when there is no directory to write to or nothing to write.
+// Throws nothing: a dump that fails logs a warning.
+std::string dump_flight_records(const std::string& reason, const std::string& dir = {});
+
+}  // namespace distcomm::trace

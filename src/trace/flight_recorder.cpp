@@ -1,0 +1,281 @@
+#include "distcomm/trace/flight_recorder.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/error.hpp"
+#include "distcomm/core/reduce_op.hpp"
+#include "distcomm/log.hpp"
+
+namespace distcomm::trace {
+
+namespace {
+
+// The live recorders of this process, for the dumps.
+struct registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<flight_recorder>> recorders;
+};
+registry& recorders() {
+  static registry* r = new registry;  // never destroyed: dumps may run while statics go
+  return *r;
+}
+
+// SIGUSR1: the handler writes a byte to a pipe (all it may do in a signal handler); a thread
+// reading it writes the dump.
+int signal_pipe[2] = {-1, -1};
+
+extern "C" void on_sigusr1(int) {
+  const int saved = errno;
+  const char byte = 1;
+  [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+// Once per process, where DISTCOMM_DUMP_DIR is set: SIGUSR1 dumps, unless the application
+// handles SIGUSR1 itself (then it is left alone, and says so at debug level).
+void install_signal_dump() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* dir = std::getenv("DISTCOMM_DUMP_DIR");
+    if (dir == nullptr || *dir == '\0') return;
+    struct sigaction old {};
+    if (::sigaction(SIGUSR1, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) {
+      log(log_level::debug, "flight recorder: SIGUSR1 has a handler already; dumps on failure and on request "
+                "only");
+      return;
+    }
+    if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return;
+    std::thread([] {
+      for (;;) {
+        char byte = 0;
+        const ssize_t n = ::read(signal_pipe[0], &byte, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        dump_flight_records("SIGUSR1");
+      }
+    }).detach();
+    struct sigaction sa {};
+    sa.sa_handler = on_sigusr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGUSR1, &sa, nullptr);
+  });
+}
+
+const char* state_name(flight_recorder::state s) {
+  switch (s) {
+    case flight_recorder::state::posted:
+      return "posted";
+    case flight_recorder::state::started:
+      return "started";
+    case flight_recorder::state::completed:
+      return "completed";
+    case flight_recorder::state::failed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+std::int64_t micros(flight_recorder::time_point t) {
+  if (t == flight_recorder::time_point{}) return 0;
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+nlohmann::ordered_json to_json(const flight_recorder::entry& e) {
+  nlohmann::ordered_json j;
+  j["seq"] = e.seq;
+  j["collective"] = e.what;
+  j["count"] = e.fp.count;
+  if (e.fp.type >= 0) j["dtype"] = to_string(static_cast<dtype>(e.fp.type));
+  if (e.fp.op >= 0) j["op"] = to_string(static_cast<reduce_op>(e.fp.op));
+  if (e.fp.root >= 0) j["root"] = e.fp.root;
+  if (e.fp.tensors > 0) j["tensors"] = e.fp.tensors;
+  j["state"] = state_name(e.st);
+  j["posted_us"] = micros(e.posted);
+  j["started_us"] = micros(e.started);
+  if (e.st == flight_recorder::state::completed || e.st == flight_recorder::state::failed) {
+    j["ended_us"] = micros(e.ended);
+  }
+  if (e.st == flight_recorder::state::failed) {
+    j["error_kind"] = e.error_kind;
+    j["error"] = e.error;
+  }
+  return j;
+}
+
+nlohmann::ordered_json to_json(const flight_recorder& r) {
+  nlohmann::ordered_json j;
+  const flight_recorder::identity& id = r.who();
+  j["name"] = id.name;
+  j["rank"] = id.rank;
+  j["size"] = id.ranks.size();
+  j["ranks"] = id.ranks;
+  j["backend"] = id.backend;
+  j["strategy"] = id.strategy;
+  j["recorded"] = r.recorded();
+  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+  for (const flight_recorder::entry& e : r.entries()) entries.push_back(to_json(e));
+  j["entries"] = std::move(entries);
+  return j;
+}
+
+}  // namespace
+
+flight_recorder::flight_recorder(std::size_t capacity, identity id)
+    : id_(std::move(id)), ring_(capacity) {}
+
+std::shared_ptr<flight_recorder> flight_recorder::make(std::size_t capacity, identity id) {
+  if (capacity == 0) return nullptr;
+  auto r = std::make_shared<flight_recorder>(capacity, std::move(id));
+  registry& reg = recorders();
+  {
+    const std::lock_guard<std::mutex> lock(reg.mu);
+    reg.recorders.erase(std::remove_if(reg.recorders.begin(), reg.recorders.end(),
+                                       [](const auto& w) { return w.expired(); }),
+                        reg.recorders.end());
+    reg.recorders.push_back(r);
+  }
+  install_signal_dump();
+  return r;
+}
+
+flight_recorder::~flight_recorder() = default;
+
+std::uint64_t flight_recorder::start(std::uint64_t seq, const char* what,
+                                     const check::call_fingerprint& fp, time_point posted) {
+  const time_point t = now();
+  const std::lock_guard<std::mutex> lock(mu_);
+  const std::uint64_t slot = next_++;
+  entry& e = ring_[slot % ring_.size()];
+  e.seq = seq;
+  e.what = what;
+  e.fp = fp;
+  e.st = state::started;
+  e.posted = posted == time_point{} ? t : posted;
+  e.started = t;
+  e.ended = {};
+  e.error.clear();
+  e.error_kind = "";
+  return slot;
+}
+
+void flight_recorder::finish(std::uint64_t slot) { end(slot, state::completed, "", {}); }
+
+void flight_recorder::finish(std::uint64_t slot, const std::exception& error,
+                             const std::string& text) {
+  const char* kind = dynamic_cast<const timeout_error*>(&error)            ? "timeout"
+                     : dynamic_cast<const peer_lost_error*>(&error)        ? "peer_lost"
+                     : dynamic_cast<const mismatch_error*>(&error)         ? "mismatch"
+                     : dynamic_cast<const backend_error*>(&error)          ? "backend"
+                     : dynamic_cast<const invalid_argument_error*>(&error) ? "invalid_argument"
+                                                                           : "error";
+  end(slot, state::failed, kind, text);
+}
+
+void flight_recorder::end(std::uint64_t slot, state st, const char* kind,
+                          const std::string& text) {
+  const time_point t = now();
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (next_ - slot > ring_.size()) return;  // overwritten since
+  entry& e = ring_[slot % ring_.size()];
+  e.st = st;
+  e.ended = t;
+  e.error = text;
+  e.error_kind = kind;
+}
+
+std::vector<flight_recorder::entry> flight_recorder::entries() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  std::vector<entry> out;
+  const std::uint64_t n = std::min<std::uint64_t>(next_, ring_.size());
+  for (std::uint64_t i = next_ - n; i < next_; ++i) out.push_back(ring_[i % ring_.size()]);
+  return out;
+}
+
+std::uint64_t flight_recorder::recorded() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return next_;
+}
+
+std::string flight_recorder::json() const { return to_json(*this).dump(1); }
+
+std::string next_recorder_name() {
+  static std::atomic<int> made{0};
+  return "c" + std::to_string(made++);
+}
+
+std::string dump_flight_records(const std::string& reason, const std::string& dir) {
+  try {
+    std::string where = dir;
+    if (where.empty()) {
+      const char* env = std::getenv("DISTCOMM_DUMP_DIR");
+      if (env == nullptr || *env == '\0') return {};
+      where = env;
+    }
+    std::vector<std::shared_ptr<flight_recorder>> live;
+    {
+      registry& reg = recorders();
+      const std::lock_guard<std::mutex> lock(reg.mu);
+      for (const auto& w : reg.recorders) {
+        if (auto r = w.lock()) live.push_back(std::move(r));
+      }
+    }
+    if (live.empty()) return {};
+    // The job's rank: this process's rank in the first communicator it made.
+    const flight_recorder::identity& first = live.front()->who();
+    const int job_rank = first.ranks.empty() ? first.rank
+                                             : first.ranks[static_cast<std::size_t>(first.rank)];
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    nlohmann::ordered_json j;
+    j["format"] = "distcomm-flight-recorder/1";
+    j["rank"] = job_rank;
+    j["pid"] = static_cast<long>(::getpid());
+    j["host"] = host;
+    j["reason"] = reason;
+    j["dumped_us"] = micros(flight_recorder::now());
+    nlohmann::ordered_json comms = nlohmann::ordered_json::array();
+    for (const auto& r : live) comms.push_back(to_json(*r));
+    j["communicators"] = std::move(comms);
+
+    const std::string path = where + "/distcomm-flight." + std::to_string(job_rank) + "." +
+                             std::to_string(::getpid()) + ".json";
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << j.dump(1) << '\n';
+      f.close();
+      if (!f) {
+        log(log_level::warn, "flight recorder: cannot write " + tmp + " (DISTCOMM_DUMP_DIR): " +
+                 std::strerror(errno));
+        return {};
+      }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      log(log_level::warn, "flight recorder: cannot rename " + tmp + " to " + path + ": " +
+               std::strerror(errno));
+      return {};
+    }
+    log(log_level::info, "flight recorder: wrote " + path + " (" + reason + ")");
+    return path;
+  } catch (const std::exception& e) {
+    log(log_level::warn, std::string("flight recorder: dump failed: ") + e.what());
+    return {};
+  }
+}
+
+}  // namespace distcomm::trace
