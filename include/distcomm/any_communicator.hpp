@@ -127,6 +127,9 @@ class any_communicator {
   std::optional<any_communicator> split(int color, int key = 0) { return get().split(color, key); }
   std::optional<any_communicator> subset(span<const int> ranks) { return get().subset(ranks); }
   any_communicator split_by_node() { return get().split_by_node(); }
+  // The survivors of a lost rank, as communicator::shrink.
+  any_communicator shrink() { return get().shrink(); }
+  any_communicator shrink(std::chrono::duration<double> window) { return get().shrink(window); }
   // Waits until every collective started so far has completed.
   void synchronize() { get().synchronize(); }
 
@@ -181,6 +184,8 @@ class any_communicator {
     virtual std::optional<any_communicator> split(int color, int key) = 0;
     virtual std::optional<any_communicator> subset(span<const int> ranks) = 0;
     virtual any_communicator split_by_node() = 0;
+    virtual any_communicator shrink() = 0;
+    virtual any_communicator shrink(std::chrono::duration<double> window) = 0;
     virtual void send(tensor_view data, int peer, int tag) = 0;
     virtual void recv(tensor_view data, int peer, int tag) = 0;
     virtual void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) = 0;
@@ -271,6 +276,10 @@ class any_communicator {
       return wrap(comm.subset(ranks));
     }
     any_communicator split_by_node() override { return *wrap(comm.split_by_node()); }
+    any_communicator shrink() override { return *wrap(comm.shrink()); }
+    any_communicator shrink(std::chrono::duration<double> window) override {
+      return *wrap(comm.shrink(window));
+    }
     static std::optional<any_communicator> wrap(std::optional<Comm> c) {
       if (!c) return std::nullopt;
       return any_communicator(std::in_place_type<Comm>, std::move(*c));

@@ -142,6 +142,14 @@ struct has_split<B,
                      std::declval<const std::vector<int>&>(), std::declval<const std::string&>()))>>
     : std::true_type {};
 
+// `std::shared_ptr<store> group_store()`: a namespace of the job's store that is this backend
+// instance's, the same on every member (communicator::shrink agrees there on the survivors).
+template <class, class = void>
+struct has_group_store : std::false_type {};
+template <class B>
+struct has_group_store<B, std::void_t<decltype(std::declval<B&>().group_store())>>
+    : std::true_type {};
+
 template <class, class = void>
 struct unreceived_messages_ok : std::true_type {};
 template <class B>

@@ -38,6 +38,7 @@
 #include "distcomm/group/members.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/registry/strategies.hpp"
+#include "distcomm/rendezvous/survivors.hpp"
 #include "distcomm/strategy/automatic.hpp"
 #include "distcomm/trace/flight_recorder.hpp"
 #include "distcomm/trace/timeline.hpp"
@@ -319,6 +320,45 @@ class communicator {
     return std::move(*split(static_cast<int>(first), rank()));
   }
 
+  // After a lost rank (peer_lost_error) or a deadline (timeout_error), the ranks still alive
+  // make a communicator of themselves and go on: they agree through the job's store on who they
+  // are (agree_survivors, rendezvous/survivors.hpp: each waits up to `window` for the others),
+  // then connect anew, ranked in their old order, with the same strategy and settings. Every
+  // survivor calls it once per failure; this communicator stays unusable. A rank that arrives
+  // after the survivors decided without it (stopped, then continued) gets excluded_error. Works
+  // at any time (with every rank alive it makes the same group anew); needs a backend whose
+  // sub-communicators meet through the store (gloo, ucx, shm): others throw
+  // invalid_argument_error saying so.
+  communicator shrink(std::chrono::duration<double> window) {
+    state& s = get("shrink");
+    if constexpr (!detail::has_split<Backend>::value || !detail::has_group_store<Backend>::value) {
+      (void)window;
+      throw invalid_argument_error(std::string("shrink: backend '") + backend_name() +
+                                   "' cannot make a communicator of the survivors (it needs one "
+                                   "that meets through the job's store: gloo, ucx or shm)");
+    } else {
+      s.progress.drain();  // what is queued fails at once on a failed communicator
+      const std::string epoch = std::to_string(s.shrinks++);
+      std::shared_ptr<store> kv = s.backend.group_store();
+      const std::vector<int> alive =
+          agree_survivors(*kv, "shrink/" + epoch, rank(), size(), window);
+      std::optional<Backend> child = s.backend.split(alive, "shrink" + epoch);
+      std::optional<trace::flight_recorder::identity> id;
+      if (s.recorder) {
+        const trace::flight_recorder::identity& parent = s.recorder->who();
+        id.emplace();
+        id->name = parent.name + "/s" + epoch;
+        id->rank = child->rank();
+        for (int m : alive) id->ranks.push_back(parent.ranks[static_cast<std::size_t>(m)]);
+      }
+      return communicator(std::move(*child), s.cfg, std::move(id));
+    }
+  }
+  // The same with the default window: DISTCOMM_TIMEOUT, at most 5 s.
+  communicator shrink() {
+    return shrink(std::min(get("shrink").cfg.timeout, std::chrono::duration<double>(5.0)));
+  }
+
   // Waits until every collective started so far has completed (their errors stay with their
   // works).
   void synchronize() { get().progress.drain(); }
@@ -387,6 +427,7 @@ class communicator {
     std::shared_ptr<trace::flight_recorder> recorder;  // DISTCOMM_FLIGHT_RECORDER, else null
     int track = 0;
     std::uint64_t splits = 0;   // sub-communicators made so far: their names
+    std::uint64_t shrinks = 0;  // shrink() calls so far: their keys in the store
     detail::progress progress;  // last: stopped (queue run) before the rest goes
   };
 

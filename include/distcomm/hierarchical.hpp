@@ -146,6 +146,10 @@ class hierarchical_communicator {
   std::optional<any_communicator> split(int color, int key);
   std::optional<any_communicator> subset(span<const int> ranks);
   any_communicator split_by_node();
+  // The survivors of a lost rank: flat's (communicator::shrink), without the hierarchy (a lost
+  // rank leaves the hosts with unequal ranks).
+  any_communicator shrink();
+  any_communicator shrink(std::chrono::duration<double> window);
   void synchronize() { progress_.drain(); }
 
  private:

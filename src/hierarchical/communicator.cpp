@@ -289,6 +289,14 @@ std::optional<any_communicator> hierarchical_communicator::subset(span<const int
   progress_.run("subset", [&] { part = flat_.subset(ranks); });
   return part;
 }
+any_communicator hierarchical_communicator::shrink() {
+  progress_.drain();
+  return flat_.shrink();
+}
+any_communicator hierarchical_communicator::shrink(std::chrono::duration<double> window) {
+  progress_.drain();
+  return flat_.shrink(window);
+}
 any_communicator hierarchical_communicator::split_by_node() {
   std::optional<any_communicator> part;
   progress_.run("split_by_node", [&] { part = flat_.split_by_node(); });

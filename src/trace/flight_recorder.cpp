@@ -180,6 +180,7 @@ void flight_recorder::finish(std::uint64_t slot, const std::exception& error,
   const char* kind = dynamic_cast<const timeout_error*>(&error)            ? "timeout"
                      : dynamic_cast<const peer_lost_error*>(&error)        ? "peer_lost"
                      : dynamic_cast<const mismatch_error*>(&error)         ? "mismatch"
+                     : dynamic_cast<const excluded_error*>(&error)         ? "excluded"
                      : dynamic_cast<const backend_error*>(&error)          ? "backend"
                      : dynamic_cast<const invalid_argument_error*>(&error) ? "invalid_argument"
                                                                            : "error";

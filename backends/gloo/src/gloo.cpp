@@ -110,6 +110,16 @@ std::optional<gloo_backend> gloo_backend::split(const std::vector<int>& members,
       static_cast<int>(members.size()), o);
 }
 
+std::shared_ptr<store> gloo_backend::group_store() const {
+  std::shared_ptr<store> kv = state_->kv.lock();
+  if (!kv) {
+    throw invalid_argument_error(
+        "gloo: the store this backend was made over is gone (keep it, or the job of "
+        "shared_bootstrap(), alive)");
+  }
+  return std::make_shared<prefix_store>(state_->prefix + "/group/", kv);
+}
+
 gloo_backend::gloo_backend(const job& j, gloo_options opts)
     : gloo_backend(j.kv, j.world.rank, j.world.size, [&] {
         opts.single_node = j.world.single_node();

@@ -884,6 +884,16 @@ void shm_backend::native_leave(const check::agreement& notice) noexcept {
   if (size_ > 1 && s.connected && !s.aborted) s.leave(notice);
 }
 
+std::shared_ptr<store> shm_backend::group_store() const {
+  std::shared_ptr<store> kv = state_->kv.lock();
+  if (!kv) {
+    throw invalid_argument_error(
+        "shm: the store this backend was made over is gone (keep it, or the job of "
+        "shared_bootstrap(), alive)");
+  }
+  return std::make_shared<prefix_store>(state_->prefix + "/group/", kv);
+}
+
 std::optional<shm_backend> shm_backend::split(const std::vector<int>& members,
                                               const std::string& name) {
   if (members.empty()) return std::nullopt;

@@ -715,6 +715,11 @@ std::optional<ucx_backend> ucx_backend::split(const std::vector<int>& members,
   return ucx_backend(j, state_->timeout);
 }
 
+std::shared_ptr<store> ucx_backend::group_store() const {
+  if (!state_->kv) throw invalid_argument_error("ucx: this backend has no store (a world of 1)");
+  return std::make_shared<prefix_store>(state_->prefix + "group/", state_->kv);
+}
+
 ucx_backend::ucx_backend(const job& j, std::optional<std::chrono::duration<double>> timeout)
     : rank_(j.world.rank), size_(j.world.size) {
   if (size_ > 1 && j.kv == nullptr) {

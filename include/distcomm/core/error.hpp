@@ -37,6 +37,13 @@ class mismatch_error : public error {
   using error::error;
 };
 
+// This rank was presumed dead: the other ranks shrank their communicator without it
+// (communicator::shrink) while it was stopped, hung or too slow. It must not rejoin them.
+class excluded_error : public error {
+ public:
+  using error::error;
+};
+
 // The environment does not describe a usable world (bad RANK, missing master, ...).
 class rendezvous_error : public error {
  public:

@@ -123,6 +123,11 @@ class gloo_backend {
   // Connects the members anew, under this backend's keys in the store.
   std::optional<gloo_backend> split(const std::vector<int>& members, const std::string& name);
 
+  // This backend's namespace of the job's store, the same on every member
+  // (communicator::shrink agrees there on the survivors); invalid_argument_error when the store
+  // is gone.
+  std::shared_ptr<store> group_store() const;
+
  private:
   gloo_request send(const void* data, std::size_t bytes, int peer, tag_t tag, bool notice);
   std::shared_ptr<detail::gloo_state> state_;

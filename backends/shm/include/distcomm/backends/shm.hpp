@@ -134,6 +134,11 @@ class shm_backend {
   // on each member and unique among this backend's splits. Empty `members`: nothing.
   std::optional<shm_backend> split(const std::vector<int>& members, const std::string& name);
 
+  // This backend's namespace of the job's store, the same on every member
+  // (communicator::shrink agrees there on the survivors); invalid_argument_error when the store
+  // is gone.
+  std::shared_ptr<store> group_store() const;
+
  private:
   std::shared_ptr<detail::shm_state> state_;
   int rank_ = 0;

@@ -148,6 +148,11 @@ class ucx_backend {
   // Connects the members anew (a UCP context and worker of their own), under this backend's keys.
   std::optional<ucx_backend> split(const std::vector<int>& members, const std::string& name);
 
+  // This backend's namespace of the job's store, the same on every member
+  // (communicator::shrink agrees there on the survivors); invalid_argument_error when the store
+  // is gone.
+  std::shared_ptr<store> group_store() const;
+
  private:
   void check_peer(const char* what, int peer) const;
 
