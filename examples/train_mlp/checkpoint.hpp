@@ -14,8 +14,10 @@
 // Parameter dump: magic "DCMLPPRM", u32 version (1), u32 zero, u64 P, P x f32.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,27 @@ struct train_position {
   std::uint64_t global_step = 0;  // steps done since training started
   rng::state_type epoch_rng{};    // shuffle generator before it drew the current epoch's order
 };
+
+// train_position as i64 words, for a broadcast from rank 0.
+inline std::array<std::int64_t, 7> position_words(const train_position& p) {
+  const std::array<std::uint64_t, 7> u = {p.epoch,        p.step,         p.global_step,
+                                          p.epoch_rng[0], p.epoch_rng[1], p.epoch_rng[2],
+                                          p.epoch_rng[3]};
+  std::array<std::int64_t, 7> w;
+  std::memcpy(w.data(), u.data(), sizeof w);
+  return w;
+}
+
+inline train_position position_from_words(const std::array<std::int64_t, 7>& w) {
+  std::array<std::uint64_t, 7> u;
+  std::memcpy(u.data(), w.data(), sizeof u);
+  train_position p;
+  p.epoch = u[0];
+  p.step = u[1];
+  p.global_step = u[2];
+  for (std::size_t i = 0; i < 4; ++i) p.epoch_rng[i] = u[3 + i];
+  return p;
+}
 
 struct checkpoint {
   run_identity id;

@@ -68,10 +68,16 @@ int main(int argc, char** argv) {
   app.add_option("--fusion-threshold", fusion_threshold,
                  "Tensor Fusion buffer in bytes, e.g. 0, 4K, 64M (default: "
                  "DISTCOMM_FUSION_THRESHOLD)");
-  app.add_option("--dump-params", o.dump_params, "Write the final parameters to this file");
+  app.add_option("--dump-params", o.dump_params,
+                 "Write the final parameters to this file (rank 0; with %r in the name, every "
+                 "rank its own)");
   app.add_option("--checkpoint", o.checkpoint,
                  "Write a checkpoint to this file after every epoch and at the end");
   app.add_option("--resume", o.resume, "Continue from this checkpoint");
+  app.add_flag("--elastic", o.elastic,
+               "Survive a lost rank: the others shrink the job, go back to the step the slowest "
+               "of them is at, scale the learning rate with the global batch and go on "
+               "(README.md here)");
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -13,12 +13,14 @@
 // in the same order and end with bitwise identical parameters (examples/train_mlp/README.md).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,7 @@
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/engine/engine.hpp"
 #include "distcomm/strategy/table.hpp"
+#include "elastic.hpp"
 #include "mlp.hpp"
 
 namespace train_mlp {
@@ -50,6 +53,7 @@ struct options {
   std::string dump_params;
   std::string checkpoint;
   std::string resume;
+  bool elastic = false;  // survive a lost rank: shrink and go on (README.md here, "Elastic")
 };
 
 namespace detail {
@@ -60,45 +64,33 @@ inline double seconds_since(clock::time_point t) {
   return std::chrono::duration<double>(clock::now() - t).count();
 }
 
-// train_position as i64 words, for the broadcast from rank 0.
-inline std::array<std::int64_t, 7> pack(const train_position& p) {
-  std::array<std::uint64_t, 7> u = {p.epoch,        p.step,         p.global_step, p.epoch_rng[0],
-                                    p.epoch_rng[1], p.epoch_rng[2], p.epoch_rng[3]};
-  std::array<std::int64_t, 7> w;
-  std::memcpy(w.data(), u.data(), sizeof w);
-  return w;
-}
-
-inline train_position unpack(const std::array<std::int64_t, 7>& w) {
-  std::array<std::uint64_t, 7> u;
-  std::memcpy(u.data(), w.data(), sizeof u);
-  train_position p;
-  p.epoch = u[0];
-  p.step = u[1];
-  p.global_step = u[2];
-  for (int i = 0; i < 4; ++i) p.epoch_rng[static_cast<std::size_t>(i)] = u[3 + i];
-  return p;
-}
-
 inline double percent(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
 
 }  // namespace detail
 
 inline void train(distcomm::any_communicator& comm, const options& o) {
   using detail::clock;
-  const int rank = comm.rank();
-  const bool leader = rank == 0;
-  const auto world = static_cast<std::size_t>(comm.size());
+  // Rank, world and what follows from them change when --elastic shrinks the job.
+  const int job_rank = comm.rank();  // names this process's --dump-params file
+  int rank = job_rank;
+  bool leader = rank == 0;
+  auto world = static_cast<std::size_t>(comm.size());
+  const std::size_t first_world = world;
   const std::size_t batch = o.batch_size;
   const std::size_t shard = o.shard_size != 0 ? o.shard_size : batch;
   const std::size_t shards = batch / shard;  // main() checked that shard divides batch
-  const std::size_t global_batch = world * batch;
-  const std::size_t steps_per_epoch = o.samples / global_batch;
-  if (steps_per_epoch == 0) {
-    throw distcomm::invalid_argument_error(
-        "--samples " + std::to_string(o.samples) + " is smaller than one global batch (" +
-        std::to_string(world) + " ranks x --batch-size " + std::to_string(batch) + ")");
-  }
+  std::size_t global_batch = 0, steps_per_epoch = 0;
+  float lr = o.lr;
+  const auto size_batches = [&] {
+    global_batch = world * batch;
+    steps_per_epoch = o.samples / global_batch;
+    if (steps_per_epoch == 0) {
+      throw distcomm::invalid_argument_error(
+          "--samples " + std::to_string(o.samples) + " is smaller than one global batch (" +
+          std::to_string(world) + " ranks x --batch-size " + std::to_string(batch) + ")");
+    }
+  };
+  size_batches();
 
   const blob_spec spec;
   const data_split data = make_blobs(spec, o.seed, o.samples, o.samples / 4);
@@ -117,7 +109,7 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   }
 
   // Rank 0 initialises or restores; every rank then starts from rank 0's state.
-  const run_identity id{shape, o.seed, o.samples, global_batch};
+  run_identity id{shape, o.seed, o.samples, global_batch};
   train_position pos;
   pos.epoch_rng = make_rng(o.seed, stream::shuffle).state();
   if (leader) {
@@ -136,9 +128,9 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
       model.initialize(params.data(), init);
     }
   }
-  std::array<std::int64_t, 7> wire = detail::pack(pos);
+  std::array<std::int64_t, 7> wire = position_words(pos);
   comm.broadcast(distcomm::view(wire.data(), wire.size()), 0);
-  pos = detail::unpack(wire);
+  pos = position_from_words(wire);
   comm.broadcast(distcomm::view(params), 0);
   comm.broadcast(distcomm::view(velocity), 0);
 
@@ -176,11 +168,43 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   };
 
   // From here on every collective goes through the engine, which owns the communicator.
-  distcomm::engine eng(comm);
+  std::optional<distcomm::engine> eng(std::in_place, comm);
   std::vector<distcomm::work> pending;
   const auto submit = [&](std::size_t t) {
     pending.push_back(
-        eng.allreduce_async(model.tensors()[t].name, grad_views[t], distcomm::reduce_op::avg));
+        eng->allreduce_async(model.tensors()[t].name, grad_views[t], distcomm::reduce_op::avg));
+  };
+
+  // --elastic: the state before the last update, for a rank that completed a step the others
+  // did not (elastic.hpp), and what a lost rank turns into.
+  elastic::snapshot before_update;
+  const auto lost = [&](const distcomm::error& e) {
+    if (!o.elastic || !elastic::is_loss(e)) throw;
+    pending.clear();
+    eng.reset();
+    const std::size_t old_global_batch = global_batch;
+    comm = comm.shrink();
+    rank = comm.rank();
+    leader = rank == 0;
+    world = static_cast<std::size_t>(comm.size());
+    size_batches();
+    id.global_batch = global_batch;
+    elastic::agree_on_state(comm, pos, params, velocity, before_update);
+    // The epoch goes on where it was, counted in samples: a step of the smaller global batch
+    // repeats at most one batch's worth of them.
+    pos.step = std::min<std::uint64_t>(pos.step * old_global_batch / global_batch, steps_per_epoch);
+    lr = elastic::rescaled(o.lr, world, first_world);
+    if (leader) {
+      std::printf(
+          "elastic: %s\n  %zu of %zu ranks go on from step %llu (epoch %llu, step %llu of "
+          "%zu), global batch %zu, lr %g\n",
+          elastic::first_line(e.what()).c_str(), world, first_world,
+          static_cast<unsigned long long>(pos.global_step),
+          static_cast<unsigned long long>(pos.epoch + 1), static_cast<unsigned long long>(pos.step),
+          steps_per_epoch, global_batch, static_cast<double>(lr));
+      std::fflush(stdout);
+    }
+    eng.emplace(comm);
   };
   const std::function<void(std::size_t)> no_hook;
 
@@ -194,27 +218,36 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
     double comm_seconds = 0;
     std::size_t epoch_steps = 0;
     const clock::time_point start = clock::now();
+    bool shrunk = false;  // --elastic: the job lost a rank in this epoch
     for (; pos.step < steps_per_epoch && !step_limit_reached(); ++pos.step) {
       const std::uint32_t* mine = order.data() + pos.step * global_batch + rank * batch;
       pending.clear();
-      for (std::size_t s = 0; s < shards; ++s) {
-        train_stats += model.mean_gradient(params.data(), data.train, mine + s * shard, shard,
-                                           shard_grads[s], shards == 1 ? submit : no_hook);
+      try {
+        for (std::size_t s = 0; s < shards; ++s) {
+          train_stats += model.mean_gradient(params.data(), data.train, mine + s * shard, shard,
+                                             shard_grads[s], shards == 1 ? submit : no_hook);
+        }
+        if (shards > 1) {
+          distcomm::fold(grad.data(), fold_inputs.data(), shards, n, distcomm::dtype::f32,
+                         distcomm::reduce_op::sum);
+          distcomm::divide(grad.data(), grad.data(), n, distcomm::dtype::f32, shards);
+          for (std::size_t t = grad_views.size(); t-- > 0;) submit(t);
+        }
+        const clock::time_point c0 = clock::now();
+        for (const distcomm::work& w : pending) w.wait();
+        comm_seconds += detail::seconds_since(c0);
+      } catch (const distcomm::error& e) {
+        lost(e);
+        shrunk = true;
+        break;  // the epoch again from the agreed position, with its order recomputed
       }
-      if (shards > 1) {
-        distcomm::fold(grad.data(), fold_inputs.data(), shards, n, distcomm::dtype::f32,
-                       distcomm::reduce_op::sum);
-        distcomm::divide(grad.data(), grad.data(), n, distcomm::dtype::f32, shards);
-        for (std::size_t t = grad_views.size(); t-- > 0;) submit(t);
-      }
-      const clock::time_point c0 = clock::now();
-      for (const distcomm::work& w : pending) w.wait();
-      comm_seconds += detail::seconds_since(c0);
-      sgd_step(params.data(), velocity.data(), grad.data(), n, o.lr, o.momentum);
+      if (o.elastic) before_update.take(pos, params, velocity);
+      sgd_step(params.data(), velocity.data(), grad.data(), n, lr, o.momentum);
       ++pos.global_step;
       ++run_steps;
       ++epoch_steps;
     }
+    if (shrunk) continue;
     const double train_seconds = detail::seconds_since(start);
     const bool finished = pos.step == steps_per_epoch;
 
@@ -223,7 +256,13 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
     const sample_stats test = model.evaluate(params.data(), data.test, mine.begin, mine.count);
     std::vector<double> sums = {train_stats.loss_sum, train_stats.correct, train_stats.count,
                                 test.loss_sum,        test.correct,        test.count};
-    eng.allreduce_async("epoch statistics", distcomm::view(sums), distcomm::reduce_op::sum).wait();
+    try {
+      eng->allreduce_async("epoch statistics", distcomm::view(sums), distcomm::reduce_op::sum)
+          .wait();
+    } catch (const distcomm::error& e) {
+      lost(e);  // the epoch's statistics are lost with the rank; its training is not
+      continue;
+    }
     last_test_accuracy = detail::percent(sums[4], sums[5]);
     if (leader) {
       std::string note;
@@ -249,8 +288,15 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   }
 
   save();
+  // --dump-params with %r: every rank writes its own (the elastic test compares them).
+  if (const std::size_t at = o.dump_params.find("%r"); at != std::string::npos) {
+    std::string path = o.dump_params;
+    write_params(path.replace(at, 2, std::to_string(job_rank)), params);
+  }
   if (leader) {
-    if (!o.dump_params.empty()) write_params(o.dump_params, params);
+    if (!o.dump_params.empty() && o.dump_params.find("%r") == std::string::npos) {
+      write_params(o.dump_params, params);
+    }
     if (last_test_accuracy >= 0) {
       std::printf("final: test accuracy %.1f%% after %llu steps (%llu in this run)\n",
                   last_test_accuracy, static_cast<unsigned long long>(pos.global_step),

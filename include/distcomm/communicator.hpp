@@ -809,20 +809,13 @@ class communicator {
     }
     const deadline until = deadline_after(s.cfg.timeout);
     const span_on_exit traced{s, what, fp};
+    // Through one function that is not a template (the recorder's), so that each collective's
+    // code is compiled once.
+    auto run = [&] { checked(s, what, fp, body, until); };
     const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
-    if (!s.recorder || !collective) return checked(s, what, fp, body, until);
-    const std::uint64_t slot = s.recorder->start(s.check.calls(), what, fp, posted);
-    try {
-      checked(s, what, fp, body, until);
-    } catch (const invalid_argument_error& e) {
-      s.recorder->finish(slot, e, e.what());  // this rank's own bad call: nothing to dump
-      throw;
-    } catch (const std::exception& e) {
-      s.recorder->finish(slot, e, e.what());
-      trace::dump_flight_records(std::string(what) + " failed: " + e.what(), s.cfg.dump_dir);
-      throw;
-    }
-    s.recorder->finish(slot);
+    trace::flight_recorder::record(collective ? s.recorder.get() : nullptr, s.check.calls(), what,
+                                   fp, posted, s.cfg.dump_dir,
+                                   [](void* f) { (*static_cast<decltype(run)*>(f))(); }, &run);
   }
 
   // When a collective was posted, for the flight recorder (not read without one).

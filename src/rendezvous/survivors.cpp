@@ -53,7 +53,8 @@ std::vector<int> agree_survivors(store& kv, const std::string& prefix, int rank,
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(window);
   bool decided = false;
-  for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
+  for (auto pause = std::chrono::milliseconds(1);;
+       pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
     if (kv.check({members_key})) {
       decided = true;
       break;
@@ -82,8 +83,8 @@ std::vector<int> agree_survivors(store& kv, const std::string& prefix, int rank,
                          "than the shrink window); it must not rejoin this communicator (exit, "
                          "or join the job anew)");
   }
-  log(log_level::info, "shrink: " + std::to_string(members.size()) + " of " +
-                           std::to_string(size) + " ranks go on: " + list(members));
+  log(log_level::info, "shrink: " + std::to_string(members.size()) + " of " + std::to_string(size) +
+                           " ranks go on: " + list(members));
   return members;
 }
 

@@ -54,8 +54,9 @@ void install_signal_dump() {
     if (dir == nullptr || *dir == '\0') return;
     struct sigaction old {};
     if (::sigaction(SIGUSR1, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) {
-      log(log_level::debug, "flight recorder: SIGUSR1 has a handler already; dumps on failure and on request "
-                "only");
+      log(log_level::debug,
+          "flight recorder: SIGUSR1 has a handler already; dumps on failure and on request "
+          "only");
       return;
     }
     if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return;
@@ -155,6 +156,24 @@ std::shared_ptr<flight_recorder> flight_recorder::make(std::size_t capacity, ide
 
 flight_recorder::~flight_recorder() = default;
 
+void flight_recorder::record(flight_recorder* r, std::uint64_t seq, const char* what,
+                             const check::call_fingerprint& fp, time_point posted,
+                             const std::string& dump_dir, void (*call)(void*), void* context) {
+  if (r == nullptr) return call(context);
+  const std::uint64_t slot = r->start(seq, what, fp, posted);
+  try {
+    call(context);
+  } catch (const invalid_argument_error& e) {
+    r->finish(slot, e, e.what());  // the caller's own bad call: nothing to dump
+    throw;
+  } catch (const std::exception& e) {
+    r->finish(slot, e, e.what());
+    dump_flight_records(std::string(what) + " failed: " + e.what(), dump_dir);
+    throw;
+  }
+  r->finish(slot);
+}
+
 std::uint64_t flight_recorder::start(std::uint64_t seq, const char* what,
                                      const check::call_fingerprint& fp, time_point posted) {
   const time_point t = now();
@@ -187,8 +206,7 @@ void flight_recorder::finish(std::uint64_t slot, const std::exception& error,
   end(slot, state::failed, kind, text);
 }
 
-void flight_recorder::end(std::uint64_t slot, state st, const char* kind,
-                          const std::string& text) {
+void flight_recorder::end(std::uint64_t slot, state st, const char* kind, const std::string& text) {
   const time_point t = now();
   const std::lock_guard<std::mutex> lock(mu_);
   if (next_ - slot > ring_.size()) return;  // overwritten since
@@ -238,8 +256,8 @@ std::string dump_flight_records(const std::string& reason, const std::string& di
     if (live.empty()) return {};
     // The job's rank: this process's rank in the first communicator it made.
     const flight_recorder::identity& first = live.front()->who();
-    const int job_rank = first.ranks.empty() ? first.rank
-                                             : first.ranks[static_cast<std::size_t>(first.rank)];
+    const int job_rank =
+        first.ranks.empty() ? first.rank : first.ranks[static_cast<std::size_t>(first.rank)];
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     nlohmann::ordered_json j;
@@ -261,14 +279,14 @@ std::string dump_flight_records(const std::string& reason, const std::string& di
       f << j.dump(1) << '\n';
       f.close();
       if (!f) {
-        log(log_level::warn, "flight recorder: cannot write " + tmp + " (DISTCOMM_DUMP_DIR): " +
-                 std::strerror(errno));
+        log(log_level::warn, "flight recorder: cannot write " + tmp +
+                                 " (DISTCOMM_DUMP_DIR): " + std::strerror(errno));
         return {};
       }
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      log(log_level::warn, "flight recorder: cannot rename " + tmp + " to " + path + ": " +
-               std::strerror(errno));
+      log(log_level::warn,
+          "flight recorder: cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
       return {};
     }
     log(log_level::info, "flight recorder: wrote " + path + " (" + reason + ")");

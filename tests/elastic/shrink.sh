@@ -40,7 +40,7 @@ export DISTCOMM_BACKEND="$backend" DISTCOMM_TIMEOUT=5
 linger=0
 [ "$signal" = STOP ] && linger=12
 timeout -k 5 100 "$run" -np 4 --grace 60 --timeout 90 "$exe" --signal "$signal" \
-  --linger $linger >"$log" 2>&1 &
+  --linger $linger --release "$work/released" >"$log" 2>&1 &
 job=$!
 if [ "$signal" = STOP ]; then
   i=0
@@ -50,6 +50,13 @@ if [ "$signal" = STOP ]; then
     sleep 0.1
   done
   pkill -CONT -f "^$exe"
+  i=0
+  until grep -q '^rank 2: excluded' "$log"; do
+    i=$((i + 1))
+    [ $i -le 150 ] || break
+    sleep 0.1
+  done
+  touch "$work/released"
 fi
 wait $job
 status=$?

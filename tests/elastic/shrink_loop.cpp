@@ -27,12 +27,14 @@ int main(int argc, char** argv) {
   std::string signal_name = "KILL";
   int victim = 2, at = 5, iterations = 30;
   double window = 2.0, linger = 0.0;
+  std::string release;
   app.add_option("--signal", signal_name, "KILL or STOP")->check(CLI::IsMember({"KILL", "STOP"}));
   app.add_option("--victim", victim, "The rank that is lost");
   app.add_option("--at", at, "The iteration it is lost in");
   app.add_option("--iterations", iterations, "Iterations in all");
   app.add_option("--window", window, "Seconds the survivors wait for each other in shrink()");
-  app.add_option("--linger", linger, "Seconds the survivors stay after the loop");
+  app.add_option("--linger", linger, "Seconds the survivors stay after the loop at most");
+  app.add_option("--release", release, "A file whose creation ends the survivors' --linger");
   CLI11_PARSE(app, argc, argv);
   std::signal(SIGTERM, SIG_IGN);  // each rank ends by itself (the launcher's SIGKILL still ends it)
 
@@ -88,7 +90,13 @@ int main(int argc, char** argv) {
     std::printf("rank %d: finished %d iterations as rank %d of %d, every sum right\n", job_rank,
                 iterations, comm.rank(), comm.size());
     std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double>(linger));
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(linger));
+    while (std::chrono::steady_clock::now() < until &&
+           (release.empty() || ::access(release.c_str(), F_OK) != 0)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     return 0;
   } catch (const dc::excluded_error& e) {
     std::printf("rank %d: excluded: %s\n", job_rank, e.what());

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "distcomm/backends/local.hpp"
-#include "p2p_only.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/fusion/none.hpp"
+#include "p2p_only.hpp"
 
 using namespace distcomm;
 using namespace std::chrono_literals;
@@ -32,7 +32,7 @@ using rank_data = std::vector<bytes>;  // one buffer per tensor
 // Value of element i of tensor k on rank r.
 using fill_fn = std::function<double(int r, std::size_t k, std::size_t i, dtype t)>;
 
-void store(dtype t, void* base, std::size_t i, double v) {
+void store_value(dtype t, void* base, std::size_t i, double v) {
   switch (t) {
     case dtype::f16:
       static_cast<f16*>(base)[i] = f16(static_cast<float>(v));
@@ -88,7 +88,7 @@ rank_data make_data(const std::vector<spec>& specs, int r, const fill_fn& fill) 
   for (std::size_t k = 0; k < specs.size(); ++k) {
     d[k].assign(specs[k].count * dtype_size(specs[k].type), 0);
     for (std::size_t i = 0; i < specs[k].count; ++i) {
-      store(specs[k].type, d[k].data(), i, fill(r, k, i, specs[k].type));
+      store_value(specs[k].type, d[k].data(), i, fill(r, k, i, specs[k].type));
     }
   }
   return d;
@@ -181,7 +181,7 @@ bytes expected_int(const spec& s, std::size_t k, int p, reduce_op op) {
     double sum = 0;
     for (int r = 0; r < p; ++r) sum += int_value(r, k, i, s.type);
     if (op == reduce_op::avg) sum = is_floating_point(s.type) ? sum / p : std::trunc(sum / p);
-    store(s.type, out.data(), i, sum);
+    store_value(s.type, out.data(), i, sum);
   }
   return out;
 }
@@ -246,7 +246,8 @@ TEST_CASE("fusion::buffer packs by dtype, never beyond the threshold, each tenso
                        if (count * dtype_size(t) > threshold) bad_call = true;
                      }
                      if (round == 0) order.push_back(t);
-                     for (std::size_t i = 0; i < count; ++i) store(t, out, i, load(t, out, i) + 1);
+                     for (std::size_t i = 0; i < count; ++i)
+                       store_value(t, out, i, load(t, out, i) + 1);
                    });
       CHECK(fb.capacity() <= threshold);
       if (round == 0) first_capacity = fb.capacity();
@@ -397,7 +398,7 @@ TEST_CASE("fusion: deterministic mode gives the same bits for every strategy and
         double sum = 0;
         for (int r = 0; r < p; ++r) {
           alignas(8) unsigned char one[8];
-          store(t, one, 0, random_value(r, k, i, t));  // the input as the rank holds it
+          store_value(t, one, 0, random_value(r, k, i, t));  // the input as the rank holds it
           sum += load(t, one, 0);
         }
         if (op == reduce_op::avg) sum /= p;

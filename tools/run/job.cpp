@@ -376,6 +376,14 @@ class supervisor {
       what += " exited with code " + std::to_string(exit_code_);
     }
     const std::size_t others = running_count();
+    if (o_.elastic) {
+      // The survivors go on; the job's exit code stays the first failure's.
+      if (failures_++ != 0) exit_code_ = first_failure_code_;
+      first_failure_code_ = exit_code_;
+      if (others > 0) what += "; the other " + plural(others, "rank") + " go on (--elastic)";
+      say(what);
+      return;
+    }
     if (others > 0) {
       what += "; stopping the other " + plural(others, "rank") + stopped_note(SIGTERM);
     }
@@ -593,6 +601,8 @@ class supervisor {
   steady::time_point start_;
 
   int exit_code_ = 0;  // decided by the first event: a failure, a signal, the timeout
+  int failures_ = 0;            // --elastic: ranks that failed so far
+  int first_failure_code_ = 0;  // --elastic: the exit code of the first
   bool stopping_ = false;
   int stop_signal_ = SIGTERM;
   steady::time_point kill_at_;

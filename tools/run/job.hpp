@@ -16,6 +16,7 @@ struct job_options {
   std::chrono::duration<double> timeout{0};  // whole-job limit; 0 = none
   std::chrono::duration<double> grace{5};    // SIGTERM -> SIGKILL delay
   bool tag_output = false;                   // prefix every output line with "[rank] "
+  bool elastic = false;  // a failing rank does not stop the others (the survivors go on)
   // Non-empty when the one process started is a launcher that starts the ranks itself (mpirun
   // for --backend mpi): messages name it instead of "rank 0".
   std::string launcher;

@@ -49,6 +49,7 @@ struct options {
   bool print_world = false;
   bool print_config = false;
   bool no_auth = false;
+  bool elastic = false;
   std::string mpirun;
 };
 
@@ -207,6 +208,9 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", o.print_config,
                "Print the DistComm configuration the ranks will read, and exit");
   app.add_flag("--no-auth", o.no_auth, "Give the ranks no DISTCOMM_AUTH_TOKEN");
+  app.add_flag("--elastic", o.elastic,
+               "A rank that fails does not stop the others (they may shrink and go on); the job "
+               "ends when every rank has, with the first failure's exit code");
   app.add_option("--mpirun", o.mpirun,
                  "With --backend mpi: Open MPI's mpirun to start the ranks (default: "
                  "DISTCOMM_MPIRUN, else the one found at build time, else PATH)");
@@ -309,6 +313,7 @@ int main(int argc, char** argv) {
     jo.timeout = std::chrono::duration<double>(o.timeout);
     jo.grace = std::chrono::duration<double>(o.grace);
     jo.tag_output = o.tag_output;
+    jo.elastic = o.elastic;
     if (via_mpirun) {
       mpirun_settings ms;
       ms.mpirun = choose_mpirun(o.mpirun, caller);

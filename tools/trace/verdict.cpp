@@ -62,8 +62,8 @@ struct member {
 
 struct communicator {
   std::string name, backend, strategy;
-  std::vector<int> ranks;          // job ranks, communicator order
-  std::map<int, member> members;   // by job rank, those with a record
+  std::vector<int> ranks;         // job ranks, communicator order
+  std::map<int, member> members;  // by job rank, those with a record
 };
 
 std::string list(const std::vector<int>& ranks) {
@@ -182,7 +182,8 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
 
   // Who should have written a dump.
   int expected = expected_ranks;
-  for (const auto& kv : comms) expected = std::max(expected, static_cast<int>(kv.second.ranks.size()));
+  for (const auto& kv : comms)
+    expected = std::max(expected, static_cast<int>(kv.second.ranks.size()));
   std::set<int> have;
   for (const dump& d : dumps) have.insert(d.rank);
   std::vector<int> missing;
@@ -244,8 +245,8 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
     for (const auto& mk : cm.members) {
       const auto it = mk.second.calls.find(s);
       if (it != mk.second.calls.end() && it->second.started_us != 0) {
-        first_start = first_start == 0 ? it->second.started_us
-                                       : std::min(first_start, it->second.started_us);
+        first_start =
+            first_start == 0 ? it->second.started_us : std::min(first_start, it->second.started_us);
       }
     }
     std::vector<std::pair<int, std::int64_t>> late;
@@ -258,8 +259,8 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
         std::string line = "never reached it";
         if (m.last && *m.last < s) {
           const call& prev = m.calls.at(*m.last);
-          line += "; its last was #" + std::to_string(prev.seq) + " " + prev.text + ", " +
-                  prev.state;
+          line +=
+              "; its last was #" + std::to_string(prev.seq) + " " + prev.text + ", " + prev.state;
         } else if (!m.last) {
           line += "; no collective recorded";
         }
@@ -272,8 +273,8 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
       std::string line = c.text + ", " + c.state;
       if (c.state == "started" || c.state == "posted") {
         still_inside.push_back(r);
-        line += " (still inside it when dumped, for " + seconds(m.from->dumped_us - c.started_us) +
-                ")";
+        line +=
+            " (still inside it when dumped, for " + seconds(m.from->dumped_us - c.started_us) + ")";
       } else if (c.state == "failed") {
         if (c.error_kind == "timeout") failed_timeout.push_back(r);
         if (c.error_kind == "peer_lost") failed_lost.push_back(r);
@@ -305,9 +306,9 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
       auto odd = std::min_element(by_call.begin(), by_call.end(), [](const auto& a, const auto& b) {
         return a.second.size() < b.second.size();
       });
-      auto rest = std::max_element(by_call.begin(), by_call.end(), [](const auto& a, const auto& b) {
-        return a.second.size() < b.second.size();
-      });
+      auto rest = std::max_element(
+          by_call.begin(), by_call.end(),
+          [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
       out << "verdict: mismatched call at " << where << ": " << list(odd->second) << " called "
           << odd->first << " where " << list(rest->second) << " called " << rest->first
           << " (a skipped or extra collective, or other arguments, on "
@@ -318,12 +319,12 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
           << " elsewhere (a collective skipped, a longer compute step, or a hang outside "
              "DistComm)\n";
     } else if (!late.empty()) {
-      std::sort(late.begin(), late.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::sort(late.begin(), late.end(),
+                [](const auto& a, const auto& b) { return a.second > b.second; });
       std::vector<int> lagging;
       for (const auto& l : late) lagging.push_back(l.first);
       out << "verdict: " << list(lagging) << " came late to " << where << " ("
-          << seconds(late.front().second)
-          << " after the first rank)";
+          << seconds(late.front().second) << " after the first rank)";
       if (!failed_timeout.empty()) out << "; the others timed out waiting (DISTCOMM_TIMEOUT)";
       out << "\n";
     } else if (!absent.empty()) {
@@ -335,8 +336,8 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
         out << "timed out in " << where << " waiting: " << (absent.size() == 1 ? "it" : "they")
             << " stopped (SIGSTOP, a debugger), hung outside DistComm, or died without a trace\n";
       } else if (!still_inside.empty()) {
-        out << "are still inside " << where << ", waiting for " << (absent.size() == 1 ? "it" : "them")
-            << "\n";
+        out << "are still inside " << where << ", waiting for "
+            << (absent.size() == 1 ? "it" : "them") << "\n";
       } else {
         out << "failed in " << where << "\n";
       }

@@ -43,7 +43,7 @@ class flight_recorder {
     check::call_fingerprint fp;
     state st = state::posted;
     time_point posted, started, ended;
-    std::string error;       // when failed
+    std::string error;            // when failed
     const char* error_kind = "";  // timeout, peer_lost, mismatch, backend, invalid_argument, error
   };
 
@@ -55,6 +55,14 @@ class flight_recorder {
   flight_recorder& operator=(const flight_recorder&) = delete;
 
   static time_point now() { return std::chrono::system_clock::now(); }
+
+  // Runs call(context) as one collective, recorded by `r` (none when null): number `seq`,
+  // posted at `posted`, started now, then completed, or failed with the exception it throws
+  // (rethrown); a failure other than invalid_argument_error (the caller's own bad call) dumps
+  // every recorder of the process into `dump_dir` (DISTCOMM_DUMP_DIR when empty).
+  static void record(flight_recorder* r, std::uint64_t seq, const char* what,
+                     const check::call_fingerprint& fp, time_point posted,
+                     const std::string& dump_dir, void (*call)(void*), void* context);
 
   // A collective posted (queued behind others) at `posted` and started now: returns its slot.
   std::uint64_t start(std::uint64_t seq, const char* what, const check::call_fingerprint& fp,
