@@ -343,15 +343,7 @@ class communicator {
       const std::vector<int> alive =
           agree_survivors(*kv, "shrink/" + epoch, rank(), size(), window);
       std::optional<Backend> child = s.backend.split(alive, "shrink" + epoch);
-      std::optional<trace::flight_recorder::identity> id;
-      if (s.recorder) {
-        const trace::flight_recorder::identity& parent = s.recorder->who();
-        id.emplace();
-        id->name = parent.name + "/s" + epoch;
-        id->rank = child->rank();
-        for (int m : alive) id->ranks.push_back(parent.ranks[static_cast<std::size_t>(m)]);
-      }
-      return communicator(std::move(*child), s.cfg, std::move(id));
+      return communicator(std::move(*child), s.cfg, child_identity(s, "s" + epoch, alive));
     }
   }
   // The same with the default window: DISTCOMM_TIMEOUT, at most 5 s.
@@ -366,12 +358,6 @@ class communicator {
   // Collectives started on this communicator so far (the sequence number of the next one).
   std::uint64_t calls() const noexcept { return s_ ? s_->check.calls() : 0; }
 
-  // The flight recorder of this communicator (null with DISTCOMM_FLIGHT_RECORDER=0): its last
-  // collectives, as trace::dump_flight_records() writes them.
-  std::shared_ptr<const trace::flight_recorder> recorder() const noexcept {
-    return s_ ? s_->recorder : nullptr;
-  }
-
  private:
   // `id` names a sub-communicator's recorder after its parent's; a communicator made from a
   // backend gets the process's next name (trace::next_recorder_name()).
@@ -381,6 +367,19 @@ class communicator {
   }
 
   static constexpr bool moves_device = detail::moves_device_memory<Backend>::value;
+
+  // The recorder identity of a sub-communicator of `members` (ranks here, in their new order),
+  // named `<parent>/<suffix>`; none without a recorder here.
+  std::optional<trace::flight_recorder::identity> child_identity(
+      const state& s, const std::string& suffix, const std::vector<int>& members) const {
+    if (!s.recorder) return std::nullopt;
+    const trace::flight_recorder::identity& parent = s.recorder->who();
+    trace::flight_recorder::identity id;
+    id.name = parent.name + "/" + suffix;
+    id.rank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+    for (int m : members) id.ranks.push_back(parent.ranks[static_cast<std::size_t>(m)]);
+    return id;
+  }
 
   // Every rank's `word`, in rank order (group agreement: lists, host names).
   std::vector<std::uint64_t> allgather_word(std::uint64_t word) {
@@ -471,30 +470,30 @@ class communicator {
   template <class Body, class... Keep>
   work post_in_flight(call<Body> c, Keep... keep) {
     state& s = get(c.what);
-    return s.progress.post_in_flight([&s, c = std::move(c), posted_at = posted_now(s),
-                                      keep...]() mutable -> detail::poll_fn {
-      auto posted = std::make_shared<requests>();
-      deadline until{};
-      auto post = [&](state& st, deadline u) {
-        until = u;
-        *posted = c.body(st, u);
-      };
-      guarded(s, c.what, c.fp, post, posted_at);
-      if (posted->empty()) return {};
-      return [&s, what = c.what, posted, until, keep...]() -> bool {
-        try {
-          for (auto& r : *posted) {
-            if (r.test()) continue;
-            if (clock::now() < until) return false;
-            r.wait(until);
-          }
-          return true;
-        } catch (const std::exception& e) {
-          fail(s, what, e);
-          throw;
-        }
-      };
-    });
+    return s.progress.post_in_flight(
+        [&s, c = std::move(c), posted_at = posted_now(s), keep...]() mutable -> detail::poll_fn {
+          auto posted = std::make_shared<requests>();
+          deadline until{};
+          auto post = [&](state& st, deadline u) {
+            until = u;
+            *posted = c.body(st, u);
+          };
+          guarded(s, c.what, c.fp, post, posted_at);
+          if (posted->empty()) return {};
+          return [&s, what = c.what, posted, until, keep...]() -> bool {
+            try {
+              for (auto& r : *posted) {
+                if (r.test()) continue;
+                if (clock::now() < until) return false;
+                r.wait(until);
+              }
+              return true;
+            } catch (const std::exception& e) {
+              fail(s, what, e);
+              throw;
+            }
+          };
+        });
   }
 
   auto allreduce_call(tensor_view in, tensor_view out, reduce_op op) const {
@@ -762,15 +761,8 @@ class communicator {
         child = s.backend.split(members, name);
       });
       if (!child) return std::nullopt;
-      std::optional<trace::flight_recorder::identity> id;
-      if (s.recorder) {
-        const trace::flight_recorder::identity& parent = s.recorder->who();
-        id.emplace();
-        id->name = parent.name + "/" + std::to_string(s.splits - 1);
-        id->rank = child->rank();
-        for (int m : members) id->ranks.push_back(parent.ranks[static_cast<std::size_t>(m)]);
-      }
-      return communicator(std::move(*child), s.cfg, std::move(id));
+      return communicator(std::move(*child), s.cfg,
+                          child_identity(s, std::to_string(s.splits - 1), members));
     }
   }
 
@@ -813,9 +805,9 @@ class communicator {
     // code is compiled once.
     auto run = [&] { checked(s, what, fp, body, until); };
     const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
-    trace::flight_recorder::record(collective ? s.recorder.get() : nullptr, s.check.calls(), what,
-                                   fp, posted, s.cfg.dump_dir,
-                                   [](void* f) { (*static_cast<decltype(run)*>(f))(); }, &run);
+    trace::flight_recorder::record(
+        collective ? s.recorder.get() : nullptr, s.check.calls(), what, fp, posted, s.cfg.dump_dir,
+        [](void* f) { (*static_cast<decltype(run)*>(f))(); }, &run);
   }
 
   // When a collective was posted, for the flight recorder (not read without one).
