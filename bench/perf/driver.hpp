@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "distcomm/any_communicator.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
@@ -89,14 +90,18 @@ class host_buffer {
   std::unique_ptr<unsigned char, free_deleter> data_;
 };
 
-// Comm: distcomm::communicator or a type with the same members the runner calls (rank, size,
-// settings, allreduce, reduce_scatter, allgather, broadcast, barrier, backend_type, strategy_type);
+// Comm: distcomm::any_communicator or a type with the same members the runner calls (rank, size,
+// settings, allreduce, reduce_scatter, allgather, broadcast, barrier, backend_name, strategy_name);
 // its collectives take this runner's Buffer views and host views (control data) alike.
+// The strategy's name in reports: its type's ("automatic", "recursive_doubling"), as they have
+// always said it, for the registered name the communicator gives ("auto", "rd").
+inline const char* long_name(const char* registered) {
+  const strategy_info& s = find_strategy(registered);
+  return *s.alias != '\0' ? s.alias : s.name;
+}
+
 template <class Comm, class Buffer = host_buffer>
 class runner {
-  using Backend = typename Comm::backend_type;
-  using Strategy = typename Comm::strategy_type;
-
  public:
   template <class B>
   runner(B backend, const options& o, const process_env& env)
@@ -114,8 +119,8 @@ class runner {
     if (comm_.rank() == 0) {
       run_info info;
       info.program = env_.program;
-      info.backend = Backend::name;
-      info.strategy = Strategy::name;
+      info.backend = comm_.backend_name();
+      info.strategy = long_name(comm_.strategy_name());
       info.ranks = p;
       info.threads = env_.threads;
       info.peer = o_.peer;
@@ -153,7 +158,7 @@ class runner {
     constexpr std::size_t line = 256;
     const auto p = static_cast<std::size_t>(comm_.size());
     std::vector<std::uint8_t> mine(line, 0), all(line * p, 0);
-    const std::string text = device_line(comm_.rank(), Backend::name);
+    const std::string text = device_line(comm_.rank(), comm_.backend_name());
     std::memcpy(mine.data(), text.data(), std::min(text.size(), line - 1));
     comm_.allgather(view(mine), view(all));
     std::vector<std::string> out;
@@ -570,13 +575,15 @@ void precheck(const options& o, const peer_world& w) {
   if (!o.peer.empty()) check_peer(o.peer, w);
 }
 
-// Runs the benchmark on this rank with the strategy the options name.
+// Runs the benchmark on this rank with the strategy the options name, through the
+// communicator the backend's library compiled (make_communicator(), behind any_communicator, as
+// distcomm::init() gives it): the erasure costs nothing measurable (distcomm-bench-erasure), and
+// each benchmark compiles in seconds instead of compiling every strategy's communicator again.
 template <class Backend>
 int run(Backend backend, const options& o, const process_env& env) {
-  return visit_strategy<Backend>(o.strategy, [&](auto tag) {
-    using S = typename decltype(tag)::type;
-    return runner<communicator<Backend, S>>(std::move(backend), o, env).run();
-  });
+  return runner<any_communicator>(
+             make_communicator(std::move(backend), o.strategy, config::from_env()), o, env)
+      .run();
 }
 
 // The process's part of a run: the program's name and the world the launcher described.

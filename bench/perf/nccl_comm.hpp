@@ -106,6 +106,8 @@ class nccl_comm {
   int rank() const { return b_.rank(); }
   int size() const { return b_.size(); }
   const config& settings() const noexcept { return cfg_; }
+  static const char* backend_name() { return nccl_backend::name; }
+  static const char* strategy_name() { return "native"; }
 
   void allreduce(tensor_view data, reduce_op op) { allreduce(data, data, op); }
   void allreduce(tensor_view in, tensor_view out, reduce_op op) {
