@@ -1,5 +1,5 @@
-// distcomm-train-mlp --elastic: what the survivors of a lost rank do before they go on
-// (trainer.hpp calls it; README.md here, "Elastic training").
+// distcomm-train-mlp --elastic: what the survivors of a lost rank do before they go on, and how
+// a replacement gets the job's state (trainer.hpp calls it; README.md here, "Elastic training").
 //
 // A rank lost in step k leaves the others in one of two places: still in step k, their
 // parameters as before it (the update comes after the averaged gradient), or, where the last
@@ -7,9 +7,16 @@
 // keeps the state from before its last update; after shrink() the survivors take the lowest step
 // any of them is at, each restores that step's state (its current one, or the one before its
 // last update), and rank 0's copy is broadcast so that every survivor holds the same bits.
+//
+// A replacement for a lost rank waits in distcomm::init() until the running ranks admit it: rank
+// 0 counts the waiting ones every step and the count travels with the gradients (an allreduce
+// with max), so every rank sees it after the same step; at the next step boundary they grow()
+// and share rank 0's state with the new member, which receives it as any rank does at the start.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,11 +58,30 @@ inline std::string first_line(const std::string& s) {
   return n == std::string::npos ? s : s.substr(0, n);
 }
 
+// Rank 0's position, parameters and optimiser state, and the job's first size (the learning
+// rate scales with it), to every rank: at the start, after a shrink, and for the ranks that join
+// a running job (their start is the old ranks' sharing after grow()).
+inline void share_state(distcomm::any_communicator& comm, train_position& pos,
+                        std::vector<float>& params, std::vector<float>& velocity,
+                        std::size_t& first_world) {
+  std::array<std::int64_t, 8> wire{};
+  const std::array<std::int64_t, 7> at = position_words(pos);
+  std::copy(at.begin(), at.end(), wire.begin());
+  wire[7] = static_cast<std::int64_t>(first_world);
+  comm.broadcast(distcomm::view(wire.data(), wire.size()), 0);
+  std::array<std::int64_t, 7> got{};
+  std::copy(wire.begin(), wire.begin() + 7, got.begin());
+  pos = position_from_words(got);
+  first_world = static_cast<std::size_t>(wire[7]);
+  comm.broadcast(distcomm::view(params), 0);
+  comm.broadcast(distcomm::view(velocity), 0);
+}
+
 // On the survivors' new communicator: the lowest step of any survivor, its state restored on
 // every rank, rank 0's copy sent to all.
 inline void agree_on_state(distcomm::any_communicator& comm, train_position& pos,
                            std::vector<float>& params, std::vector<float>& velocity,
-                           const snapshot& before_update) {
+                           std::size_t& first_world, const snapshot& before_update) {
   auto lowest = static_cast<std::int64_t>(pos.global_step);
   comm.allreduce(distcomm::view(&lowest, 1), distcomm::reduce_op::min);
   if (static_cast<std::int64_t>(pos.global_step) != lowest) {
@@ -69,11 +95,7 @@ inline void agree_on_state(distcomm::any_communicator& comm, train_position& pos
     params = before_update.params;
     velocity = before_update.velocity;
   }
-  std::array<std::int64_t, 7> wire = position_words(pos);
-  comm.broadcast(distcomm::view(wire.data(), wire.size()), 0);
-  pos = position_from_words(wire);
-  comm.broadcast(distcomm::view(params), 0);
-  comm.broadcast(distcomm::view(velocity), 0);
+  share_state(comm, pos, params, velocity, first_world);
 }
 
 }  // namespace train_mlp::elastic

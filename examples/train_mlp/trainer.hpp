@@ -32,6 +32,7 @@
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/engine/engine.hpp"
+#include "distcomm/init.hpp"
 #include "distcomm/strategy/table.hpp"
 #include "elastic.hpp"
 #include "mlp.hpp"
@@ -75,7 +76,7 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   int rank = job_rank;
   bool leader = rank == 0;
   auto world = static_cast<std::size_t>(comm.size());
-  const std::size_t first_world = world;
+  std::size_t first_world = world;  // a replacement learns it from rank 0 (share_state)
   const std::size_t batch = o.batch_size;
   const std::size_t shard = o.shard_size != 0 ? o.shard_size : batch;
   const std::size_t shards = batch / shard;  // main() checked that shard divides batch
@@ -128,11 +129,9 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
       model.initialize(params.data(), init);
     }
   }
-  std::array<std::int64_t, 7> wire = position_words(pos);
-  comm.broadcast(distcomm::view(wire.data(), wire.size()), 0);
-  pos = position_from_words(wire);
-  comm.broadcast(distcomm::view(params), 0);
-  comm.broadcast(distcomm::view(velocity), 0);
+  elastic::share_state(comm, pos, params, velocity, first_world);
+  // A replacement joins a job of another size than the first (elastic.hpp).
+  if (world != first_world) lr = elastic::rescaled(o.lr, world, first_world);
 
   if (leader) {
     const distcomm::config& cfg = comm.settings();
@@ -176,38 +175,70 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   };
 
   // --elastic: the state before the last update, for a rank that completed a step the others
-  // did not (elastic.hpp), and what a lost rank turns into.
+  // did not (elastic.hpp), what a lost rank turns into, and how replacements join.
   elastic::snapshot before_update;
-  const auto lost = [&](const distcomm::error& e) {
-    if (!o.elastic || !elastic::is_loss(e)) throw;
-    pending.clear();
-    eng.reset();
-    const std::size_t old_global_batch = global_batch;
-    comm = comm.shrink();
+  // The new communicator (of the survivors, or grown): ranks, batches, the learning rate.
+  const auto regroup = [&](distcomm::any_communicator next) {
+    comm = std::move(next);
     rank = comm.rank();
     leader = rank == 0;
     world = static_cast<std::size_t>(comm.size());
     size_batches();
     id.global_batch = global_batch;
-    elastic::agree_on_state(comm, pos, params, velocity, before_update);
-    // The epoch goes on where it was, counted in samples: a step of the smaller global batch
-    // repeats at most one batch's worth of them.
-    pos.step = std::min<std::uint64_t>(pos.step * old_global_batch / global_batch, steps_per_epoch);
     lr = elastic::rescaled(o.lr, world, first_world);
-    if (leader) {
-      std::printf(
-          "elastic: %s\n  %zu of %zu ranks go on from step %llu (epoch %llu, step %llu of "
-          "%zu), global batch %zu, lr %g\n",
-          elastic::first_line(e.what()).c_str(), world, first_world,
-          static_cast<unsigned long long>(pos.global_step),
-          static_cast<unsigned long long>(pos.epoch + 1), static_cast<unsigned long long>(pos.step),
-          steps_per_epoch, global_batch, static_cast<double>(lr));
-      std::fflush(stdout);
-    }
+  };
+  // The epoch goes on where it was, counted in samples: a step of a smaller global batch repeats
+  // at most one batch's worth of them.
+  const auto same_samples = [&](std::size_t old_global_batch) {
+    pos.step = std::min<std::uint64_t>(pos.step * old_global_batch / global_batch, steps_per_epoch);
+  };
+  const auto report = [&](const std::string& what) {
+    if (!leader) return;
+    std::printf(
+        "elastic: %s\n  %zu of %zu ranks go on from step %llu (epoch %llu, step %llu of "
+        "%zu), global batch %zu, lr %g\n",
+        what.c_str(), world, first_world, static_cast<unsigned long long>(pos.global_step),
+        static_cast<unsigned long long>(pos.epoch + 1), static_cast<unsigned long long>(pos.step),
+        steps_per_epoch, global_batch, static_cast<double>(lr));
+    std::fflush(stdout);
+  };
+  const auto lost = [&](const distcomm::error& e) {
+    if (!o.elastic || !elastic::is_loss(e)) throw;
+    pending.clear();
+    eng.reset();
+    const std::size_t old_global_batch = global_batch;
+    regroup(comm.shrink());
+    elastic::agree_on_state(comm, pos, params, velocity, first_world, before_update);
+    same_samples(old_global_batch);
+    report(elastic::first_line(e.what()));
     eng.emplace(comm);
+  };
+  // Replacements wait (the count rank 0 saw travelled with the last step's gradients): every rank
+  // admits them at this step boundary; false when none could join after all.
+  const auto admit = [&]() -> bool {
+    pending.clear();
+    eng.reset();
+    try {
+      std::optional<distcomm::any_communicator> grown = distcomm::grow(comm);
+      if (!grown) {
+        eng.emplace(comm);
+        return false;
+      }
+      const std::size_t old_world = world, old_global_batch = global_batch;
+      regroup(std::move(*grown));
+      same_samples(old_global_batch);
+      elastic::share_state(comm, pos, params, velocity, first_world);
+      report(std::to_string(world - old_world) + " rank" + (world - old_world == 1 ? "" : "s") +
+             " joined");
+      eng.emplace(comm);
+    } catch (const distcomm::error& e) {
+      lost(e);  // a member lost while growing: the survivors of the old or the grown job go on
+    }
+    return true;
   };
   const std::function<void(std::size_t)> no_hook;
 
+  std::int64_t joiners = 0;  // --elastic: replacements waiting to join, as of the last step
   std::uint64_t run_steps = 0;
   const auto step_limit_reached = [&] { return o.steps != 0 && run_steps == o.steps; };
   double last_test_accuracy = -1;
@@ -218,11 +249,23 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
     double comm_seconds = 0;
     std::size_t epoch_steps = 0;
     const clock::time_point start = clock::now();
-    bool shrunk = false;  // --elastic: the job lost a rank in this epoch
+    bool shrunk = false;  // --elastic: the job lost or gained ranks in this epoch
     for (; pos.step < steps_per_epoch && !step_limit_reached(); ++pos.step) {
+      if (joiners > 0) {
+        joiners = 0;
+        if (admit()) {
+          shrunk = true;
+          break;  // the epoch again from rank 0's position, with its order recomputed
+        }
+      }
       const std::uint32_t* mine = order.data() + pos.step * global_batch + rank * batch;
       pending.clear();
       try {
+        if (o.elastic) {
+          joiners = distcomm::waiting_to_join();  // rank 0 reads it, the max tells every rank
+          pending.push_back(eng->allreduce_async("joiners", distcomm::view(&joiners, 1),
+                                                 distcomm::reduce_op::max));
+        }
         for (std::size_t s = 0; s < shards; ++s) {
           train_stats += model.mean_gradient(params.data(), data.train, mine + s * shard, shard,
                                              shard_grads[s], shards == 1 ? submit : no_hook);

@@ -10,6 +10,7 @@
 // and every wait after it, in every backend. Needs DistComm::DistComm.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -33,6 +34,25 @@ any_communicator init(const init_options& options = {});
 // connects over it instead of bootstrapping from the launcher's variables, and the default
 // backend is chosen for that world. mpi accepts only a world that is MPI_COMM_WORLD.
 any_communicator init(const job& world, const init_options& options = {});
+
+// Growing a running job (docs/FAULTS.md, "Grow"). A process started for a rank the job lost, with
+// the same job variables (a restarted pod, a new process on a spare node), finds in init() that
+// the job runs without it and waits there, within DISTCOMM_TIMEOUT, to be admitted; init() then
+// returns its communicator in the grown job. The running ranks admit it at a step boundary:
+//   if (waiting_to_join() > 0 ...agreed on every rank...) if (auto c = grow(comm)) comm = *c;
+// waiting_to_join(): on rank 0 of a job this process bootstrapped, how many replacements wait
+// (one read of the store); 0 on the other ranks and where no store exists. Cheap enough for
+// every step; the ranks must agree on it (an allreduce with max, e.g. beside the gradients).
+std::int64_t waiting_to_join();
+// Every rank of `comm`, at the same point: rank 0 reads who waits and tells the others; the
+// replacements for job ranks that are not members are admitted, the others refused with the
+// reason (a duplicate of a live rank). Returns the grown communicator (old and new members
+// ranked by job rank, same backend, strategy and settings, connected anew), or nullopt when
+// nobody joins (comm stays as it was). Needs a job bootstrapped through a store rank 0 hosts
+// (not DISTCOMM_STORE_ADDR, not init(job)), a backend that connects through it (gloo, ucx,
+// shm); otherwise invalid_argument_error. A lost member: peer_lost_error / timeout_error, as in
+// any collective.
+std::optional<any_communicator> grow(any_communicator& comm);
 
 // The backend and strategy init() would take with these options, without connecting: for
 // --help texts, logs and --print-config.

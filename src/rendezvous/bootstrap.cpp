@@ -17,7 +17,9 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
+#include "distcomm/rendezvous/join.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
+#include "distcomm/trace/recorder_names.hpp"
 #include "store_detail.hpp"
 #include "store_socket.hpp"
 
@@ -213,6 +215,49 @@ void meet_every_rank(store& kv, const startup& s, const std::string& where, bool
   }
 }
 
+// A process that found the job started without it (join::started(): a replacement for a lost
+// rank): it takes a ticket and waits, within the start-up deadline, for the running ranks to admit
+// it at a step boundary (distcomm::grow()). Returns its place in the grown job.
+job join_running_job(const job& launched, const startup& s, const std::string& where) {
+  store& kv = *launched.kv;
+  const std::int64_t ticket = join::ask(kv, s.rank);
+  log(log_level::info, s.who() + ": the job at " + where +
+                           " runs without this rank: joining it as a replacement (ticket " +
+                           std::to_string(ticket) + ")");
+  try {
+    for (;;) {
+      kv.set_timeout(s.slice());
+      try {
+        kv.wait({join::answer_key(ticket)});
+        break;
+      } catch (const detail::missing_keys_error&) {
+      }
+      if (s.left().count() <= 0) {
+        throw timeout_error(
+            s.who() + ": the job at " + where + " runs without this rank, and its ranks did not " +
+            "admit it within " + detail::format_seconds(s.timeout) +
+            " (DISTCOMM_TIMEOUT): running ranks admit a replacement at a step boundary of a " +
+            "program that calls distcomm::grow() (distcomm-train-mlp --elastic), only for a " +
+            "rank they lost, and only through a store rank 0 hosts");
+      }
+      log(log_level::warn, s.who() + ": waiting for the running ranks to admit this " +
+                               "replacement (ticket " + std::to_string(ticket) + "); " +
+                               s.left_text());
+    }
+  } catch (const peer_lost_error& e) {
+    throw peer_lost_error(s.who() + ": the store at " + where + " closed while this replacement " +
+                          "waited to be admitted: the job ended, or its rank 0 failed (" +
+                          e.what() + ")");
+  }
+  const join::admission a = join::answer(kv, ticket);
+  log(log_level::info, s.who() + ": admitted to the running job as rank " + std::to_string(a.rank) +
+                           " of " + std::to_string(a.size));
+  // Every member names the grown communicator's flight recorder alike.
+  trace::name_next_recorder("g" + std::to_string(a.grow));
+  return job{join::grown_world(launched.world, a.rank, a.size),
+             join::group_store(launched.kv, a.grow)};
+}
+
 }  // namespace
 
 job_identity job_identity_from_env(const world_info& w, const env_lookup& getenv) {
@@ -309,7 +354,15 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
       j.kv = make_tcp_store(j.world.master_addr, j.world.master_port, j.world.rank == 0, s.left(),
                             token, me);
     }
+    if (!external && j.world.rank != 0 && join::started(*j.kv)) {
+      join::remember(j);
+      job grown = join_running_job(j, s, where);
+      j.kv->set_timeout(cfg.timeout);
+      return grown;
+    }
     meet_every_rank(*j.kv, s, where, !external);
+    // From here on, a process that arrives for one of this job's ranks is a replacement.
+    if (!external && j.world.rank == 0) join::mark_started(*j.kv);
   } catch (const timeout_error& e) {
     if (j.kv) j.kv->mark_job_failed();
     const std::string what = e.what();
@@ -325,6 +378,7 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
     std::error_code ignored;  // every rank has read the port: the meeting place can go
     std::filesystem::remove_all(meeting_place, ignored);
   }
+  join::remember(j);
   log(log_level::info, "rank " + std::to_string(j.world.rank) + ": every rank reached the store" +
                            (token.empty() ? " (no authentication token)" : " (authenticated)"));
   return j;

@@ -1,4 +1,5 @@
 #include "distcomm/trace/flight_recorder.hpp"
+#include "distcomm/trace/recorder_names.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -10,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -232,9 +235,23 @@ std::uint64_t flight_recorder::recorded() const {
 
 std::string flight_recorder::json() const { return to_json(*this).dump(1); }
 
+namespace {
+std::mutex next_name_mu;
+std::string next_name;  // name_next_recorder()'s, taken by the next call below
+}  // namespace
+
 std::string next_recorder_name() {
   static std::atomic<int> made{0};
+  {
+    const std::lock_guard<std::mutex> lock(next_name_mu);
+    if (!next_name.empty()) return std::exchange(next_name, std::string());
+  }
   return "c" + std::to_string(made++);
+}
+
+void name_next_recorder(std::string name) {
+  const std::lock_guard<std::mutex> lock(next_name_mu);
+  next_name = std::move(name);
 }
 
 std::string dump_flight_records(const std::string& reason, const std::string& dir) {

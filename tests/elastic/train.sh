@@ -1,16 +1,20 @@
 #!/bin/sh
 # Elastic training: distcomm-train-mlp --elastic with 4 ranks under distcomm-run --elastic,
 # DISTCOMM_TIMEOUT=5; once rank 0 has reported its 3rd epoch, rank 2 gets SIGKILL or SIGSTOP.
+# With REPLACE, a process started with live rank 1's environment must be refused; then rank 2 is
+# killed and, once the job has shrunk, a replacement is started with rank 2's environment (as a
+# restarted pod would be): it must join the running job.
 # Passes when
 #   - rank 0 says the job shrank ("3 of 4 ranks go on") and reaches its final line;
-#   - the 3 survivors' final parameters (--dump-params with %r) are bitwise equal;
+#   - the survivors' final parameters (--dump-params with %r) are bitwise equal; with REPLACE,
+#     rank 0 says a rank joined ("4 of 4 ranks go on"), and the replacement's are equal too;
 #   - the loss keeps falling: the last epoch's is below the 3rd's;
 #   - the job ends by itself (a stopped victim is killed once the survivors are done).
-# usage: train.sh --backend B --signal KILL|STOP --trainer PATH --distcomm-run PATH
+# usage: train.sh --backend B --signal KILL|STOP|REPLACE --trainer PATH --distcomm-run PATH
 set -u
 
 usage() {
-  echo "usage: train.sh --backend B --signal KILL|STOP --trainer PATH --distcomm-run PATH" >&2
+  echo "usage: train.sh --backend B --signal KILL|STOP|REPLACE --trainer PATH --distcomm-run PATH" >&2
   exit 2
 }
 backend='' signal='' trainer='' run=''
@@ -55,17 +59,44 @@ await() {
   done
 }
 
-timeout -k 5 110 "$run" -np 4 --elastic --timeout 100 "$exe" --elastic --epochs 12 \
-  --samples 8192 --dump-params "$work/params.%r" >"$log" 2>&1 &
+set -- --elastic --epochs 12 --samples 8192 --dump-params "$work/params.%r"
+timeout -k 5 110 "$run" -np 4 --elastic --timeout 100 "$exe" "$@" >"$log" 2>&1 &
 job=$!
 fail=0
 say_fail() { echo "FAIL: $*"; fail=1; }
+survivors="1 3"
+replacement=''
 if await '^epoch   3/' 600 && victim=$(pid_of_rank 2); then
-  kill -"$signal" "$victim"
-  echo "sent SIG$signal to rank 2 (pid $victim)"
+  cp "/proc/$victim/environ" "$work/env.2"
+  if [ "$signal" = REPLACE ] && twin=$(pid_of_rank 1); then
+    # A process started for a rank that is alive is refused, and the job goes on.
+    cp "/proc/$twin/environ" "$work/env.1"
+    printf '%s\0' "$exe" "$@" >>"$work/env.1"
+    timeout 30 xargs -0 -a "$work/env.1" env -i >"$work/log.1" 2>&1
+    tstatus=$?
+    echo "--- a second process for the live rank 1 (exit status $tstatus):"
+    cat "$work/log.1"
+    grep -q "refused this process: job rank 1 is alive" "$work/log.1" ||
+      say_fail "a second process for the live rank 1 was not refused"
+  fi
+  sig=$signal
+  [ "$sig" != REPLACE ] || sig=KILL
+  kill -"$sig" "$victim"
+  echo "sent SIG$sig to rank 2 (pid $victim)"
   if [ "$signal" = STOP ]; then
     await '^final:' 900 || say_fail "the survivors did not finish"
     kill -KILL "$victim"
+  elif [ "$signal" = REPLACE ]; then
+    if await "3 of 4 ranks go on" 300; then
+      # The replacement: rank 2's environment and arguments, nothing else.
+      printf '%s\0' "$exe" "$@" >>"$work/env.2"
+      xargs -0 -a "$work/env.2" env -i >"$work/log.2" 2>&1 &
+      replacement=$!
+      echo "started a replacement for rank 2 (pid $replacement)"
+      survivors="1 2 3"
+    else
+      say_fail "the job did not shrink, so no replacement was started"
+    fi
   fi
 else
   say_fail "rank 0 never reported its 3rd epoch, or rank 2 was not found"
@@ -76,15 +107,24 @@ cat "$log"
 [ $status -ne 124 ] || say_fail "the job did not end by itself"
 grep -q "3 of 4 ranks go on" "$log" || say_fail "rank 0 did not say the job shrank to 3 ranks"
 grep -q "^final: test accuracy" "$log" || say_fail "rank 0 did not finish"
-for r in 0 1 3; do
+if [ -n "$replacement" ]; then
+  wait "$replacement"
+  rstatus=$?
+  echo "--- the replacement's output (exit status $rstatus):"
+  cat "$work/log.2"
+  [ $rstatus -eq 0 ] || say_fail "the replacement exited with status $rstatus"
+  grep -q "1 rank joined" "$log" || say_fail "rank 0 did not say a rank joined"
+  grep -q "4 of 4 ranks go on" "$log" || say_fail "rank 0 did not say the job grew to 4 ranks"
+fi
+for r in 0 $survivors; do
   [ -f "$work/params.$r" ] || say_fail "rank $r wrote no parameters"
 done
 if [ -f "$work/params.0" ]; then
-  for r in 1 3; do
+  for r in $survivors; do
     cmp -s "$work/params.0" "$work/params.$r" || say_fail "rank $r's parameters differ from rank 0's"
   done
 fi
-[ ! -f "$work/params.2" ] || say_fail "the lost rank 2 wrote parameters"
+[ -n "$replacement" ] || [ ! -f "$work/params.2" ] || say_fail "the lost rank 2 wrote parameters"
 third=$(awk '/^epoch   3\// { print $4 }' "$log")
 last=$(awk '/^epoch +[0-9]+\/12 / { v = $4 } END { print v }' "$log")
 echo "loss: epoch 3 $third, last epoch $last"

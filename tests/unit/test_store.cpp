@@ -18,6 +18,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
+#include "distcomm/rendezvous/join.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
 
@@ -318,6 +319,71 @@ TEST_CASE("prefix_store: keys land under prefix/ in the wrapped store") {
   nested.set("k", b("v"));
   CHECK(inner->check({"inner/outer/k"}));
   CHECK_THROWS_AS(prefix_store("x", nullptr), invalid_argument_error);
+}
+
+// The store side of growing a job (join.hpp); processes joining a running job: tests/elastic.
+// Rank 0's count of answered tickets lives in the process: this is the only case that answers.
+TEST_CASE("join: a replacement's ticket, rank 0's answers and refusals") {
+  hash_store kv(seconds(0.2));
+  CHECK_FALSE(join::started(kv));
+  join::mark_started(kv);
+  CHECK(join::started(kv));
+
+  CHECK(join::waiting(kv) == 0);
+  CHECK(join::unanswered(kv).empty());
+  CHECK(join::ask(kv, 2) == 1);
+  CHECK(join::ask(kv, 3) == 2);
+  CHECK(join::waiting(kv) == 2);
+  const std::vector<join::ticket> asked = join::unanswered(kv);
+  REQUIRE(asked.size() == 2);
+  CHECK(asked[0].number == 1);
+  CHECK(asked[0].job_rank == 2);
+  CHECK(asked[1].job_rank == 3);
+  // No answer yet: the replacement's wait names its key.
+  CHECK_HAS(timeout_of([&] { kv.wait({join::answer_key(1)}); }), "distcomm/join/answer/1");
+
+  CHECK(join::next_grow(kv) == 0);
+  CHECK(join::next_grow(kv) == 1);
+  join::admit(kv, asked[0], join::admission{1, 2, 4});
+  const join::admission a = join::answer(kv, 1);
+  CHECK(a.grow == 1);
+  CHECK(a.rank == 2);
+  CHECK(a.size == 4);
+  join::refuse(kv, asked[1], "job rank 3 is alive");
+  try {
+    join::answer(kv, 2);
+    FAIL("a refused ticket was admitted");
+  } catch (const rendezvous_error& e) {
+    CHECK_HAS(e.what(), "refused this process: job rank 3 is alive");
+  }
+  CHECK(join::waiting(kv) == 0);
+  CHECK(join::unanswered(kv).empty());
+
+  // A ticket taken whose rank is not written yet is counted as waiting, but not listed; one
+  // whose rank is garbage is refused.
+  kv.add("distcomm/join/tickets", 1);
+  CHECK(join::waiting(kv) == 1);
+  CHECK(join::unanswered(kv).empty());
+  kv.set("distcomm/join/ticket/3", b("two"));
+  CHECK(join::unanswered(kv).empty());
+  CHECK_THROWS_AS(join::answer(kv, 3), rendezvous_error);
+  kv.set(join::answer_key(9), b("admitted x"));
+  CHECK_HAS(str(kv.get(join::answer_key(9))), "admitted x");
+  CHECK_THROWS_AS(join::answer(kv, 9), rendezvous_error);
+
+  // The grown job's world: this process as rank 1 of 3 on one node, the rest as launched.
+  world_info w;
+  w.rank = 3;
+  w.size = 4;
+  w.local_rank = 3;
+  w.local_size = 4;
+  w.master_port = 29500;
+  const world_info g = join::grown_world(w, 1, 3);
+  CHECK(g.rank == 1);
+  CHECK(g.size == 3);
+  CHECK(g.local_rank == 1);
+  CHECK(g.single_node());
+  CHECK(g.master_port == 29500);
 }
 
 TEST_CASE("file_store: one file per key with a safe name, no temporary files left") {
