@@ -327,7 +327,7 @@ class communicator {
   // survivor calls it once per failure; this communicator stays unusable. A rank that arrives
   // after the survivors decided without it (stopped, then continued) gets excluded_error. Works
   // at any time (with every rank alive it makes the same group anew); needs a backend whose
-  // sub-communicators meet through the store (gloo, ucx, shm): others throw
+  // sub-communicators meet through a store (gloo, ucx, shm; local): others throw
   // invalid_argument_error saying so.
   communicator shrink(std::chrono::duration<double> window) {
     state& s = get("shrink");
@@ -335,7 +335,7 @@ class communicator {
       (void)window;
       throw invalid_argument_error(std::string("shrink: backend '") + backend_name() +
                                    "' cannot make a communicator of the survivors (it needs one "
-                                   "that meets through the job's store: gloo, ucx or shm)");
+                                   "that meets through a store: gloo, ucx, shm or local)");
     } else {
       s.progress.drain();  // what is queued fails at once on a failed communicator
       const std::string epoch = std::to_string(s.shrinks++);

@@ -568,6 +568,17 @@ struct engine::impl {
   }
 
   // No more cycles: everything pending (and everything submitted later) fails with `why`.
+  // Stops the thread (telling the other ranks this one leaves) and fails what is pending.
+  void stop(const char* why) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop_requested = true;
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+    close(std::make_exception_ptr(error(why)));
+  }
+
   void close(std::exception_ptr why) {
     std::vector<entry> left;
     std::vector<std::shared_ptr<detail::work_state>> joins;
@@ -595,14 +606,27 @@ engine::engine(any_communicator& comm, const config& settings)
 engine::engine(any_communicator& data, any_communicator& control, const config& settings)
     : impl_(std::make_unique<impl>(data, control, settings)) {}
 
-engine::~engine() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->stop_requested = true;
+engine::~engine() { impl_->stop("engine: destroyed"); }
+
+void engine::shrink() {
+  any_communicator& comm = impl_->comm;
+  if (&impl_->control != &comm) {
+    throw invalid_argument_error(
+        "engine: shrink: this engine agrees over a second communicator; shrink both (in the "
+        "same order on every rank) and make a new engine over them");
   }
-  impl_->cv.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
-  impl_->close(std::make_exception_ptr(error("engine: destroyed")));
+  const config cfg = impl_->cfg;
+  impl_->stop("engine: shrunk after a lost rank");
+  impl_.reset();
+  // An engine runs over `comm` afterwards in any case: the survivors', or the failed one (whose
+  // engine then fails every work with the communicator's first failure).
+  try {
+    comm = comm.shrink();
+  } catch (...) {
+    impl_ = std::make_unique<impl>(comm, comm, cfg);
+    throw;
+  }
+  impl_ = std::make_unique<impl>(comm, comm, cfg);
 }
 
 work engine::allreduce_async(const std::string& name, tensor_view data, reduce_op op) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -271,6 +272,8 @@ std::string dump_flight_records(const std::string& reason, const std::string& di
       }
     }
     if (live.empty()) return {};
+    // What the process's timelines (DISTCOMM_TIMELINE) hold so far, on disk beside the dump.
+    std::fflush(nullptr);
     // The job's rank: this process's rank in the first communicator it made.
     const flight_recorder::identity& first = live.front()->who();
     const int job_rank =

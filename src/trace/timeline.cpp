@@ -1,6 +1,7 @@
 // trace::timeline: see include/distcomm/trace/timeline.hpp.
 #include "distcomm/trace/timeline.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,12 @@ namespace distcomm::trace {
 struct timeline::file {
   std::FILE* f = nullptr;
   bool first = true;
+  // Written out with the first event and then whenever 100 ms have passed since the last time,
+  // so that a rank that dies (SIGKILL) leaves its timeline for distcomm-trace, short of less than
+  // 100 ms of events before its last; one write per 100 ms costs nothing measurable. The flight
+  // recorder's dumps write out everything (a hung rank read with SIGUSR1).
+  static constexpr std::chrono::milliseconds flush_every{100};
+  std::chrono::steady_clock::time_point flushed{};
   ~file() {
     if (f != nullptr) {
       std::fputs("\n]}\n", f);
@@ -118,6 +125,11 @@ void timeline::write(const std::string& event) {
   if (!file_->first) std::fputs(",\n", file_->f);
   file_->first = false;
   std::fputs(event.c_str(), file_->f);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - file_->flushed >= file::flush_every) {
+    std::fflush(file_->f);
+    file_->flushed = now;
+  }
 }
 
 }  // namespace distcomm::trace

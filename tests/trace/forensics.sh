@@ -1,7 +1,8 @@
 #!/bin/sh
 # One staged failure (tests/trace/forensics.cpp) among 4 ranks under distcomm-run, every rank's
-# flight recorder dumped into a fresh DISTCOMM_DUMP_DIR, then distcomm-trace on it: passes when
-# each --expect regular expression (grep -E) matches its report.
+# flight recorder dumped into a fresh DISTCOMM_DUMP_DIR and its timeline written (DISTCOMM_TIMELINE),
+# then distcomm-trace on both: passes when each --expect regular expression (grep -E) matches its
+# report.
 #   kill, stop, skip, size, lag: the ranks fail by themselves (DISTCOMM_TIMEOUT=5) and dump;
 #   hang: rank 2 sleeps outside DistComm while the others wait in a collective; this script sends
 #         every rank SIGUSR1, waits for the 4 dumps, then kills the job.
@@ -40,6 +41,7 @@ case $program in /*) ;; *) program=$PWD/$program ;; esac
 ln -s "$program" "$exe"
 mkdir "$work/dumps"
 export DISTCOMM_DUMP_DIR="$work/dumps" DISTCOMM_BACKEND="$backend" DISTCOMM_TIMEOUT=5
+export DISTCOMM_TIMELINE="$work/timeline.%r.json"
 log=$work/log
 
 if [ "$scenario" = hang ]; then
@@ -74,7 +76,7 @@ cat "$log"
 echo "--- dumps"
 ls "$work/dumps"
 echo "--- distcomm-trace"
-"$trace" "$work/dumps" >"$work/report" 2>&1
+"$trace" "$work/dumps" --timeline "$work"/timeline.*.json >"$work/report" 2>&1
 status=$?
 cat "$work/report"
 fail=0

@@ -3,6 +3,7 @@
 // every phase. The engine across backends is in the backend suite (tests/backends/engine.hpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -291,5 +292,43 @@ TEST_CASE("engine: tensors over one communicator, the agreement over another") {
     CHECK(v[99] == 6.0);
     CHECK(data.calls() > 0);     // the tensor went over data
     CHECK(control.calls() > 0);  // the agreement over control
+    CHECK_THROWS_AS(eng.shrink(), invalid_argument_error);  // shrink both, make a new engine
   });
+}
+
+TEST_CASE("engine: shrink after a lost rank: the survivors go on over their own communicator") {
+  local_world world(4);
+  std::vector<std::string> lost(4), after(4);
+  world.run([&](local_backend b) {
+    const int r = b.rank();
+    local_backend mine = b;  // rank 2 aborts through it: the local backend's way of losing a rank
+    config c;
+    c.timeout = 1s;  // also the survivors' window (shrink() waits as long for the lost rank)
+    any_communicator comm(communicator<local_backend, strategy::ring>(std::move(b), c));
+    engine eng(comm);
+    std::vector<float> v(64, static_cast<float>(r + 1));
+    eng.allreduce_async("grad", view(v), reduce_op::sum).wait();
+    CHECK(v[63] == 10.0f);
+    if (r == 2) {
+      mine.abort("rank 2 lost its device");
+      return;
+    }
+    std::fill(v.begin(), v.end(), static_cast<float>(r + 1));
+    try {
+      eng.allreduce_async("grad", view(v), reduce_op::sum).wait();
+    } catch (const peer_lost_error& e) {
+      lost[static_cast<std::size_t>(r)] = e.what();
+    }
+    eng.shrink();
+    CHECK(comm.size() == 3);
+    CHECK(eng.size() == 3);
+    CHECK(comm.rank() == (r < 2 ? r : r - 1));  // renumbered in the old order
+    std::fill(v.begin(), v.end(), static_cast<float>(r + 1));
+    eng.allreduce_async("grad", view(v), reduce_op::sum).wait();
+    after[static_cast<std::size_t>(r)] = std::to_string(v[0]) + " " + std::to_string(v[63]);
+  });
+  for (int r : {0, 1, 3}) {
+    CHECK_HAS(lost[static_cast<std::size_t>(r)], "rank 2 lost its device");
+    CHECK(after[static_cast<std::size_t>(r)] == "7.000000 7.000000");  // ranks 1, 2 and 4 added
+  }
 }

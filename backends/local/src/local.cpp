@@ -18,6 +18,7 @@
 #include "distcomm/core/partition.hpp"
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/group/members.hpp"
+#include "distcomm/rendezvous/hash_store.hpp"
 
 namespace distcomm {
 namespace detail {
@@ -77,6 +78,7 @@ struct local_world_state {
   std::mutex split_mu;
   std::map<std::string, std::pair<std::shared_ptr<local_world_state>, int>> splits;
   std::vector<std::unique_ptr<rank_signal>> signals;  // by owner rank
+  std::shared_ptr<store> kv = std::make_shared<hash_store>();  // group_store()
 
   std::atomic<bool> aborted{false};
   std::mutex abort_mu;
@@ -492,6 +494,8 @@ std::optional<local_backend> local_backend::split(const std::vector<int>& member
   }
   return local_backend(std::move(child), me);
 }
+
+std::shared_ptr<store> local_backend::group_store() const { return world_->kv; }
 
 local_world::local_world(int size) {
   if (size < 1) {

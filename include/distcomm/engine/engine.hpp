@@ -61,6 +61,14 @@ class engine {
   // Waits for every work this rank submitted so far; rethrows the first error among them.
   void synchronize();
 
+  // After a work failed with peer_lost_error or timeout_error, every survivor calls it: the
+  // engine stops (its pending works fail), the communicator it runs over, the caller's, becomes
+  // the survivors' (comm = comm.shrink(), communicator.hpp: ranks renumbered in order,
+  // excluded_error for a rank the others gave up on), and the engine starts anew over it with
+  // nothing pending. Not for an engine over a data and a control communicator
+  // (invalid_argument_error: shrink both and make a new engine).
+  void shrink();
+
   int rank() const;
   int size() const;
 

@@ -15,6 +15,7 @@
 #include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
+#include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm {
 
@@ -89,6 +90,9 @@ class local_backend {
   // communicator.hpp. `name` is the same on each member and unique among this backend's splits.
   // An empty `members` (this rank joins no group) gives nothing.
   std::optional<local_backend> split(const std::vector<int>& members, const std::string& name);
+  // A store the ranks of this world share (in this process), for their agreements through keys:
+  // the survivors' in shrink() of communicator.hpp.
+  std::shared_ptr<store> group_store() const;
 
  private:
   friend class local_world;
