@@ -238,7 +238,7 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   };
   const std::function<void(std::size_t)> no_hook;
 
-  std::int64_t joiners = 0;  // --elastic: replacements waiting to join, as of the last step
+  float joiners = 0;  // --elastic: replacements waiting to join, as of the last step (/ ranks)
   std::uint64_t run_steps = 0;
   const auto step_limit_reached = [&] { return o.steps != 0 && run_steps == o.steps; };
   double last_test_accuracy = -1;
@@ -261,11 +261,6 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
       const std::uint32_t* mine = order.data() + pos.step * global_batch + rank * batch;
       pending.clear();
       try {
-        if (o.elastic) {
-          joiners = distcomm::waiting_to_join();  // rank 0 reads it, the max tells every rank
-          pending.push_back(eng->allreduce_async("joiners", distcomm::view(&joiners, 1),
-                                                 distcomm::reduce_op::max));
-        }
         for (std::size_t s = 0; s < shards; ++s) {
           train_stats += model.mean_gradient(params.data(), data.train, mine + s * shard, shard,
                                              shard_grads[s], shards == 1 ? submit : no_hook);
@@ -275,6 +270,13 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
                          distcomm::reduce_op::sum);
           distcomm::divide(grad.data(), grad.data(), n, distcomm::dtype::f32, shards);
           for (std::size_t t = grad_views.size(); t-- > 0;) submit(t);
+        }
+        if (o.elastic) {
+          // Rank 0's count of waiting replacements, averaged with the gradients (f32, avg: fused
+          // into their last allreduce, no collective of its own): above 0 on every rank alike.
+          joiners = static_cast<float>(distcomm::waiting_to_join());
+          pending.push_back(eng->allreduce_async("joiners", distcomm::view(&joiners, 1),
+                                                 distcomm::reduce_op::avg));
         }
         const clock::time_point c0 = clock::now();
         for (const distcomm::work& w : pending) w.wait();

@@ -42,7 +42,8 @@ any_communicator init(const job& world, const init_options& options = {});
 //   if (waiting_to_join() > 0 ...agreed on every rank...) if (auto c = grow(comm)) comm = *c;
 // waiting_to_join(): on rank 0 of a job this process bootstrapped, how many replacements wait
 // (one read of the store); 0 on the other ranks and where no store exists. Cheap enough for
-// every step; the ranks must agree on it (an allreduce with max, e.g. beside the gradients).
+// every step (it reads the store at most every 100 ms); the ranks must agree on it, e.g. as one
+// more element averaged with the gradients (rank 0's count, 0 elsewhere: above 0 on every rank).
 std::int64_t waiting_to_join();
 // Every rank of `comm`, at the same point: rank 0 reads who waits and tells the others; the
 // replacements for job ranks that are not members are admitted, the others refused with the

@@ -1,7 +1,9 @@
 // distcomm::grow(): the running ranks admit the replacements waiting in the job's store
 // (rendezvous/join.hpp) and connect anew with them, through the registry like init() does.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,12 +41,34 @@ std::string cannot_grow(const any_communicator& comm, const job& launched) {
   return {};
 }
 
+// Rank 0 reads the store at most every 100 ms, so that checking every step costs a clock read
+// rather than a round trip to the store: a replacement waits up to 100 ms longer. grow() forgets
+// the count it answered.
+struct waiting_cache {
+  std::mutex mu;
+  std::int64_t count = 0;
+  std::chrono::steady_clock::time_point read{};
+  static constexpr std::chrono::milliseconds every{100};
+};
+waiting_cache& cache() {
+  static waiting_cache c;
+  return c;
+}
+
 }  // namespace
 
 std::int64_t waiting_to_join() {
+  if (join::launched().world.rank != 0) return 0;
+  waiting_cache& c = cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (c.read != std::chrono::steady_clock::time_point{} && now - c.read < waiting_cache::every) {
+    return c.count;
+  }
   const job launched = join::launched();
-  if (!launched.kv || launched.world.rank != 0) return 0;
-  return join::waiting(*launched.kv);
+  c.count = launched.kv ? join::waiting(*launched.kv) : 0;
+  c.read = now;
+  return c.count;
 }
 
 std::optional<any_communicator> grow(any_communicator& comm) {
@@ -54,6 +78,10 @@ std::optional<any_communicator> grow(any_communicator& comm) {
   }
   store& kv = *launched.kv;
   const bool leader = comm.rank() == 0;
+  if (leader) {
+    const std::lock_guard<std::mutex> lock(cache().mu);
+    cache().read = {};  // what it counted is answered below
+  }
 
   // Rank 0 lists the tickets (number, job rank) and the grow number they would get.
   std::vector<join::ticket> asked;
