@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <utility>
 
@@ -244,33 +243,6 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
   }
   out = std::move(o);
   return -1;
-}
-
-std::vector<std::size_t> read_profile(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw invalid_argument_error("--profile: cannot read " + file);
-  std::vector<std::size_t> counts;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
-    const auto last = line.find_last_not_of(" \t\r");
-    const std::string text = line.substr(first, last - first + 1);
-    std::size_t used = 0;
-    unsigned long long v = 0;
-    try {
-      v = std::stoull(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != text.size() || text[0] == '-') {
-      throw invalid_argument_error("--profile " + file + ":" + std::to_string(number) + ": '" +
-                                   text + "' is not an element count");
-    }
-    counts.push_back(static_cast<std::size_t>(v));
-  }
-  if (counts.empty()) throw invalid_argument_error("--profile " + file + ": no tensors");
-  return counts;
 }
 
 }  // namespace distcomm::bench

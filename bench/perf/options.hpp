@@ -9,6 +9,7 @@
 
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
+#include "distcomm/sim/step.hpp"
 
 namespace distcomm::bench {
 
@@ -64,8 +65,7 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out);
 // DistComm does not do (parse_options calls it).
 void validate(const options& o);
 
-// Reads a --profile gradient set: one tensor's element count per line; blank lines and lines
-// starting with '#' are skipped. Throws invalid_argument_error naming the file and line.
-std::vector<std::size_t> read_profile(const std::string& file);
+// Reads a --profile gradient set (the cost model's reader, sim/step.hpp).
+using sim::read_profile;
 
 }  // namespace distcomm::bench

@@ -1,0 +1,65 @@
+// The cost model (distcomm-sim, docs/SCALING.md): the time of one allreduce of each of DistComm's
+// strategies from an alpha-beta-gamma description of the machine. A message of b bytes over a link
+// costs alpha + b * beta seconds; combining b bytes costs b * gamma. Ranks sit ranks_per_node to a
+// node: inside a node they talk over the intra link, across nodes over the inter link, and the
+// ranks of one node share its inter link (its NIC) when they cross it at the same time.
+//
+// With p ranks, n bytes, L ranks per node, N = p / L nodes, s the segment size (m segments):
+//   ring   2(p-1) (ceil(n/p/s) alpha + n/p beta) + (p-1) n/p gamma, over the slowest link
+//          the ring crosses (inter once p > L; in node order each node's NIC carries one
+//          neighbour's share per step);
+//   tree   (double binary, pipelined) 2 (d + m - 1)(alpha + s beta) + (d + m - 1) s gamma,
+//          d = ceil(log2 p);
+//   rd     recursive doubling, log2 p rounds of alpha + n beta + n gamma; a round whose partner
+//          is in another node uses the inter link, shared by the node's L ranks;
+//   ps     k servers among the ranks: each rank pushes n/k to each server and pulls the sums,
+//          2 (max(k, p-1) alpha + max(n, (p-1) n/k o) beta) + (p-1) n/k gamma: the busiest
+//          end sends or takes that many messages and bytes, o the servers' oversubscription
+//          (servers sharing a link);
+//   hierarchical  reduce-scatter in the node (ring, intra), allreduce of n/L across the nodes
+//          (ring, inter, the node's L rings sharing its NIC), allgather in the node.
+// native is modelled as ring. Non-power-of-two rank counts for rd: the next power of two's
+// rounds (the extra ranks fold in and out, counted as one more round each way).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace distcomm::sim {
+
+// One kind of link: a message of b bytes costs alpha + b * beta seconds.
+struct link {
+  double alpha = 0;  // seconds per message
+  double beta = 0;   // seconds per byte
+};
+
+struct machine {
+  link inter;        // between nodes (the only link with ranks_per_node 1)
+  link intra;        // inside a node
+  double gamma = 0;  // seconds per byte combined
+  int ranks_per_node = 1;
+  double ps_oversubscription = 1;  // parameter servers sharing one link (1: a link each)
+  std::size_t segment_bytes = 0;   // ring and tree segments; 0: unsegmented
+};
+
+enum class algorithm { ring, tree, recursive_doubling, parameter_server, hierarchical };
+
+// "ring", "tree", "rd", "ps", "hierarchical"; the names DistComm's registry uses.
+const char* name_of(algorithm a);
+// From a registry name or alias ("auto" is not one: the model picks); invalid_argument_error.
+algorithm algorithm_named(const std::string& name);
+// Every algorithm the machine can run for `ranks`: hierarchical only across several nodes of
+// several ranks each.
+std::vector<algorithm> algorithms_for(const machine& m, int ranks);
+
+// Seconds for one allreduce of `bytes` over `ranks` (>= 1; 1 costs nothing) with `ps_servers`
+// servers for the parameter server (1 to ranks). invalid_argument_error for a bad argument, or
+// hierarchical where algorithms_for() leaves it out.
+double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int ranks,
+                         int ps_servers = 1);
+
+// nccl-tests' bus bandwidth of an allreduce: bytes / seconds * 2 (p - 1) / p, bytes per second.
+double bus_bandwidth(std::size_t bytes, int ranks, double seconds);
+
+}  // namespace distcomm::sim

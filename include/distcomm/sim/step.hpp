@@ -1,0 +1,56 @@
+// One training step in the cost model (distcomm-sim step): a model's gradients, produced by
+// backward one tensor after another, averaged as the engine does. Tensors ready are fused into
+// buckets of at most the fusion threshold; a bucket goes when its last tensor is ready, at the
+// engine's next cycle, once the bucket before it is done (one collective at a time); with
+// overlap its allreduce runs during the rest of backward, without it after. Weak scaling: every
+// rank computes the same, so the efficiency at p ranks is compute / step.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "distcomm/sim/cost.hpp"
+
+namespace distcomm::sim {
+
+// A gradient tensor, in the order backward produces it, and the backward time that produces it.
+struct layer {
+  std::size_t bytes = 0;
+  double backward_seconds = 0;
+};
+
+struct step_options {
+  algorithm algo = algorithm::ring;
+  int ranks = 1;
+  int ps_servers = 1;
+  std::size_t fusion_threshold = 64u << 20;  // bytes; 0: a collective per tensor
+  double cycle_seconds = 0;                  // the engine's cycle time (DISTCOMM_CYCLE_TIME)
+  bool overlap = true;                       // allreduce during backward (the engine)
+  double forward_seconds = 0;
+  double optimizer_seconds = 0;
+};
+
+struct step_result {
+  double step_seconds = 0;
+  double compute_seconds = 0;  // forward + backward + optimizer: the step of one rank
+  double comm_seconds = 0;     // allreduce time, summed over buckets
+  double exposed_seconds = 0;  // the part of it backward did not hide
+  double efficiency = 1;       // compute / step
+  std::size_t buckets = 0;
+};
+
+step_result simulate_step(const machine& m, const std::vector<layer>& layers,
+                          const step_options& o);
+
+// The layers of a gradient profile (element counts in the order the file lists them, input side
+// first: bench/profiles/) for `element_bytes` each, in backward order (reversed), with
+// `backward_seconds` split in proportion to their sizes.
+std::vector<layer> layers_of(const std::vector<std::size_t>& counts, std::size_t element_bytes,
+                             double backward_seconds);
+
+// Reads a gradient profile (bench/profiles/*.txt): one tensor's element count per line; blank
+// lines and lines starting with '#' are skipped. invalid_argument_error naming the file and line.
+std::vector<std::size_t> read_profile(const std::string& file);
+
+}  // namespace distcomm::sim

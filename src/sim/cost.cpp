@@ -1,0 +1,157 @@
+#include "distcomm/sim/cost.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "distcomm/core/error.hpp"
+
+namespace distcomm::sim {
+
+namespace {
+
+int ceil_log2(int p) {
+  int d = 0;
+  while ((1 << d) < p) ++d;
+  return d;
+}
+
+double segments(double bytes, std::size_t segment) {
+  if (segment == 0 || bytes <= 0) return 1;
+  return std::ceil(bytes / static_cast<double>(segment));
+}
+
+// The link a flat algorithm over `ranks` crosses at its slowest.
+const link& flat_link(const machine& m, int ranks) {
+  return ranks <= m.ranks_per_node ? m.intra : m.inter;
+}
+
+double ring(const machine& m, const link& l, double n, int p) {
+  const double chunk = n / p;
+  return 2.0 * (p - 1) * (segments(chunk, m.segment_bytes) * l.alpha + chunk * l.beta) +
+         (p - 1) * chunk * m.gamma;
+}
+
+double tree(const machine& m, double n, int p) {
+  const link& l = flat_link(m, p);
+  const double segs = segments(n, m.segment_bytes);
+  const double s = n / segs;
+  const double stages = ceil_log2(p) + segs - 1;
+  return 2.0 * stages * (l.alpha + s * l.beta) + stages * s * m.gamma;
+}
+
+double recursive_doubling(const machine& m, double n, int p) {
+  const int rounds = ceil_log2(p);
+  double t = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const int distance = 1 << r;
+    if (distance < m.ranks_per_node) {
+      t += m.intra.alpha + n * m.intra.beta;
+    } else {
+      // Every rank of the node crosses its NIC in this round.
+      t += m.inter.alpha + n * m.inter.beta * std::min(m.ranks_per_node, p);
+    }
+    t += n * m.gamma;
+  }
+  if ((1 << rounds) != p) {
+    // The ranks beyond the largest power of two fold in before and out after.
+    const link& l = flat_link(m, p);
+    t += 2 * (l.alpha + n * l.beta) + n * m.gamma;
+  }
+  return t;
+}
+
+double parameter_server(const machine& m, double n, int p, int k) {
+  const link& l = flat_link(m, p);
+  const double share = n / k;
+  const double busiest = std::max(n, (p - 1) * share * m.ps_oversubscription);
+  // A server takes a message from each of the other ranks, a rank sends one to each server.
+  const double messages = std::max(k, p - 1);
+  return 2.0 * (messages * l.alpha + busiest * l.beta) + (p - 1) * share * m.gamma;
+}
+
+double hierarchical(const machine& m, double n, int p) {
+  const int local = m.ranks_per_node;
+  const int nodes = p / local;
+  const double piece = n / local;
+  const double inside = (local - 1) * (m.intra.alpha + piece * m.intra.beta);
+  // The node's `local` rings, each of n/L bytes, share its NIC.
+  link shared = m.inter;
+  shared.beta *= local;
+  return 2.0 * inside + (local - 1) * piece * m.gamma + ring(m, shared, piece, nodes);
+}
+
+}  // namespace
+
+const char* name_of(algorithm a) {
+  switch (a) {
+    case algorithm::ring:
+      return "ring";
+    case algorithm::tree:
+      return "tree";
+    case algorithm::recursive_doubling:
+      return "rd";
+    case algorithm::parameter_server:
+      return "ps";
+    case algorithm::hierarchical:
+      return "hierarchical";
+  }
+  return "?";
+}
+
+algorithm algorithm_named(const std::string& name) {
+  if (name == "ring" || name == "native") return algorithm::ring;
+  if (name == "tree") return algorithm::tree;
+  if (name == "rd" || name == "recursive_doubling") return algorithm::recursive_doubling;
+  if (name == "ps" || name == "parameter_server") return algorithm::parameter_server;
+  if (name == "hierarchical") return algorithm::hierarchical;
+  throw invalid_argument_error("the model knows no strategy '" + name +
+                               "' (ring, tree, rd, ps, hierarchical, native as ring)");
+}
+
+std::vector<algorithm> algorithms_for(const machine& m, int ranks) {
+  std::vector<algorithm> all = {algorithm::ring, algorithm::tree, algorithm::recursive_doubling,
+                                algorithm::parameter_server};
+  if (m.ranks_per_node > 1 && ranks > m.ranks_per_node && ranks % m.ranks_per_node == 0) {
+    all.push_back(algorithm::hierarchical);
+  }
+  return all;
+}
+
+double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int ranks,
+                         int ps_servers) {
+  if (ranks < 1) throw invalid_argument_error("the model needs at least 1 rank");
+  if (m.ranks_per_node < 1) throw invalid_argument_error("ranks per node must be at least 1");
+  if (ps_servers < 1 || ps_servers > ranks) {
+    throw invalid_argument_error("a parameter server of " + std::to_string(ps_servers) +
+                                 " servers among " + std::to_string(ranks) + " ranks");
+  }
+  if (ranks == 1 || bytes == 0) return 0;
+  const auto n = static_cast<double>(bytes);
+  switch (a) {
+    case algorithm::ring:
+      return ring(m, flat_link(m, ranks), n, ranks);
+    case algorithm::tree:
+      return tree(m, n, ranks);
+    case algorithm::recursive_doubling:
+      return recursive_doubling(m, n, ranks);
+    case algorithm::parameter_server:
+      return parameter_server(m, n, ranks, ps_servers);
+    case algorithm::hierarchical: {
+      const std::vector<algorithm> can = algorithms_for(m, ranks);
+      if (std::find(can.begin(), can.end(), a) == can.end()) {
+        throw invalid_argument_error("hierarchical needs several nodes of several ranks each (" +
+                                     std::to_string(ranks) + " ranks, " +
+                                     std::to_string(m.ranks_per_node) + " per node)");
+      }
+      return hierarchical(m, n, ranks);
+    }
+  }
+  return 0;
+}
+
+double bus_bandwidth(std::size_t bytes, int ranks, double seconds) {
+  if (seconds <= 0 || ranks < 2) return 0;
+  return static_cast<double>(bytes) / seconds * 2.0 * (ranks - 1) / ranks;
+}
+
+}  // namespace distcomm::sim

@@ -1,0 +1,100 @@
+#include "distcomm/sim/step.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "distcomm/core/error.hpp"
+
+namespace distcomm::sim {
+
+namespace {
+
+// The engine's next cycle at or after t.
+double next_cycle(double t, double cycle) {
+  if (cycle <= 0) return t;
+  return std::ceil(t / cycle - 1e-12) * cycle;
+}
+
+}  // namespace
+
+step_result simulate_step(const machine& m, const std::vector<layer>& layers,
+                          const step_options& o) {
+  step_result r;
+  double backward = 0;
+  for (const layer& l : layers) backward += l.backward_seconds;
+  r.compute_seconds = o.forward_seconds + backward + o.optimizer_seconds;
+  const double backward_end = o.forward_seconds + backward;
+
+  double ready = o.forward_seconds;  // when the current tensor is produced
+  double free_at = 0;                // when the previous bucket's allreduce ends
+  std::size_t bucket_bytes = 0;
+  double bucket_ready = 0;
+  const auto send = [&] {
+    if (bucket_bytes == 0) return;
+    const double t = allreduce_seconds(o.algo, m, bucket_bytes, o.ranks, o.ps_servers);
+    bucket_bytes = 0;
+    if (t == 0) return;  // one rank: nothing to average, no cycle to wait for
+    const double go =
+        std::max(next_cycle(o.overlap ? bucket_ready : backward_end, o.cycle_seconds), free_at);
+    free_at = go + t;
+    r.comm_seconds += t;
+    ++r.buckets;
+  };
+  for (const layer& l : layers) {
+    ready += l.backward_seconds;
+    if (bucket_bytes != 0 && bucket_bytes + l.bytes > o.fusion_threshold) send();
+    bucket_bytes += l.bytes;
+    bucket_ready = ready;
+  }
+  send();
+  const double done = std::max(backward_end, free_at);
+  r.exposed_seconds = done - backward_end;
+  r.step_seconds = done + o.optimizer_seconds;
+  r.efficiency = r.step_seconds > 0 ? r.compute_seconds / r.step_seconds : 1;
+  return r;
+}
+
+std::vector<layer> layers_of(const std::vector<std::size_t>& counts, std::size_t element_bytes,
+                             double backward_seconds) {
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  std::vector<layer> out;
+  for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
+    layer l;
+    l.bytes = *it * element_bytes;
+    l.backward_seconds =
+        total == 0 ? 0 : backward_seconds * static_cast<double>(*it) / static_cast<double>(total);
+    out.push_back(l);
+  }
+  return out;
+}
+
+std::vector<std::size_t> read_profile(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw invalid_argument_error("profile " + file + ": cannot be read");
+  std::vector<std::size_t> counts;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const auto last = line.find_last_not_of(" \t\r");
+    const std::string text = line.substr(first, last - first + 1);
+    std::size_t used = 0;
+    unsigned long long v = 0;
+    try {
+      v = std::stoull(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text[0] == '-') {
+      throw invalid_argument_error("profile " + file + ":" + std::to_string(number) + ": '" + text +
+                                   "' is not an element count");
+    }
+    counts.push_back(static_cast<std::size_t>(v));
+  }
+  if (counts.empty()) throw invalid_argument_error("profile " + file + ": no tensors");
+  return counts;
+}
+
+}  // namespace distcomm::sim

@@ -1,0 +1,166 @@
+// The cost model's closed forms (sim/cost.hpp) against cases computed by hand, and the step
+// simulation (sim/step.hpp) against hand-drawn timelines of two tensors.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/sim/cost.hpp"
+#include "distcomm/sim/step.hpp"
+
+using namespace distcomm;
+using namespace distcomm::sim;
+
+namespace {
+
+// One node of ranks, or nodes of one rank: alpha 10 us, beta 1 ns/B (1 GB/s), no combining.
+machine flat() {
+  machine m;
+  m.inter = {1e-5, 1e-9};
+  m.intra = m.inter;
+  return m;
+}
+
+// Nodes of 2 ranks: a faster intra link (1 us, 10 GB/s) and the flat one between nodes.
+machine two_per_node() {
+  machine m = flat();
+  m.intra = {1e-6, 1e-10};
+  m.ranks_per_node = 2;
+  return m;
+}
+
+double t(algorithm a, const machine& m, std::size_t n, int p, int k = 1) {
+  return allreduce_seconds(a, m, n, p, k);
+}
+
+constexpr std::size_t mb4 = 4000000;
+
+}  // namespace
+
+TEST_CASE("sim: ring, 2(p-1) steps of n/p") {
+  machine m = flat();
+  CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6 * (1e-5 + 1e-3)));
+  m.gamma = 1e-10;  // + (p-1) n/p gamma
+  CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6.06e-3 + 3e-4));
+  m.gamma = 0;
+  m.segment_bytes = 250000;  // 4 segments of each 1 MB chunk: 4 alphas a step
+  CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6 * (4e-5 + 1e-3)));
+}
+
+TEST_CASE("sim: tree, 2 (d + m - 1) stages of one segment") {
+  machine m = flat();
+  CHECK(t(algorithm::tree, m, mb4, 4) == doctest::Approx(2 * 2 * (1e-5 + 4e-3)));
+  m.segment_bytes = 1000000;  // m = 4, d = 2: 5 stages
+  CHECK(t(algorithm::tree, m, mb4, 4) == doctest::Approx(2 * 5 * (1e-5 + 1e-3)));
+}
+
+TEST_CASE("sim: recursive doubling, log2 p rounds of n; a node's ranks share its link") {
+  CHECK(t(algorithm::recursive_doubling, flat(), mb4, 4) == doctest::Approx(2 * (1e-5 + 4e-3)));
+  // 6 ranks: the 3 rounds of 8, and the 2 extra ranks fold in and out.
+  CHECK(t(algorithm::recursive_doubling, flat(), mb4, 6) == doctest::Approx(5 * (1e-5 + 4e-3)));
+  // 2 per node: round 0 inside the node, round 1 across it with both ranks on the NIC.
+  CHECK(t(algorithm::recursive_doubling, two_per_node(), mb4, 4) ==
+        doctest::Approx((1e-6 + 4e-4) + (1e-5 + 8e-3)));
+}
+
+// The busiest end (a server, or a rank) moves max(k, p-1) messages and max(n, (p-1) n/k) bytes.
+TEST_CASE("sim: parameter server, the busiest end's messages and bytes") {
+  CHECK(t(algorithm::parameter_server, flat(), mb4, 4, 1) == doctest::Approx(2 * (3e-5 + 12e-3)));
+  CHECK(t(algorithm::parameter_server, flat(), mb4, 4, 4) == doctest::Approx(2 * (4e-5 + 4e-3)));
+  machine m = flat();
+  m.ps_oversubscription = 2;  // two servers on each link
+  CHECK(t(algorithm::parameter_server, m, mb4, 4, 4) == doctest::Approx(2 * (4e-5 + 6e-3)));
+}
+
+TEST_CASE("sim: hierarchical, inside the node, across the nodes sharing the NIC, inside again") {
+  // Reduce-scatter and allgather of 2 MB pieces inside; a 2-node ring of the 2 MB piece, its
+  // 1 MB steps at twice beta (both ranks' rings on the NIC).
+  CHECK(t(algorithm::hierarchical, two_per_node(), mb4, 4) ==
+        doctest::Approx(2 * (1e-6 + 2e-4) + 2 * (1e-5 + 2e-3)));
+  CHECK(algorithms_for(two_per_node(), 4).size() == 5);
+  CHECK(algorithms_for(two_per_node(), 2).size() == 4);  // one node: no hierarchy
+  CHECK(algorithms_for(flat(), 8).size() == 4);
+  CHECK_THROWS_AS(t(algorithm::hierarchical, flat(), mb4, 4), invalid_argument_error);
+}
+
+TEST_CASE("sim: edges, names and bus bandwidth") {
+  CHECK(t(algorithm::ring, flat(), mb4, 1) == 0.0);
+  CHECK(t(algorithm::ring, flat(), 0, 4) == 0.0);
+  CHECK_THROWS_AS(t(algorithm::parameter_server, flat(), mb4, 4, 5), invalid_argument_error);
+  CHECK_THROWS_AS(t(algorithm::ring, flat(), mb4, 0), invalid_argument_error);
+  CHECK(algorithm_named("recursive_doubling") == algorithm::recursive_doubling);
+  CHECK(algorithm_named("native") == algorithm::ring);
+  CHECK(std::string(name_of(algorithm::parameter_server)) == "ps");
+  CHECK_THROWS_AS(algorithm_named("auto"), invalid_argument_error);
+  CHECK(bus_bandwidth(1000000000, 4, 1.0) == doctest::Approx(1.5e9));
+}
+
+TEST_CASE("sim: a step of two tensors, fused or not, overlapped or not, on cycles") {
+  // Two 4 MB tensors, 10 ms of backward each, after 5 ms of forward; 1 ms of optimizer. Ring
+  // over 4 ranks: 6.06 ms for 4 MB, 12.06 ms for 8 MB.
+  const std::vector<layer> layers = {{mb4, 10e-3}, {mb4, 10e-3}};
+  step_options o;
+  o.ranks = 4;
+  o.forward_seconds = 5e-3;
+  o.optimizer_seconds = 1e-3;
+  o.fusion_threshold = 0;  // one allreduce each: 15 -> 21.06, 25 -> 31.06
+  step_result r = simulate_step(flat(), layers, o);
+  CHECK(r.compute_seconds == doctest::Approx(26e-3));
+  CHECK(r.buckets == 2);
+  CHECK(r.comm_seconds == doctest::Approx(2 * 6.06e-3));
+  CHECK(r.exposed_seconds == doctest::Approx(6.06e-3));
+  CHECK(r.step_seconds == doctest::Approx(32.06e-3));
+  CHECK(r.efficiency == doctest::Approx(26.0 / 32.06));
+
+  o.fusion_threshold = 8000000;  // one bucket when the second is ready: 25 -> 37.06
+  r = simulate_step(flat(), layers, o);
+  CHECK(r.buckets == 1);
+  CHECK(r.step_seconds == doctest::Approx(38.06e-3));
+
+  o.fusion_threshold = 0;
+  o.overlap = false;  // both after backward: 25 -> 31.06 -> 37.12
+  r = simulate_step(flat(), layers, o);
+  CHECK(r.step_seconds == doctest::Approx(38.12e-3));
+
+  o.overlap = true;
+  o.cycle_seconds = 4e-3;  // each waits for the next cycle: 16 -> 22.06, 28 -> 34.06
+  r = simulate_step(flat(), layers, o);
+  CHECK(r.step_seconds == doctest::Approx(35.06e-3));
+
+  o.ranks = 1;  // one rank: nothing to average
+  r = simulate_step(flat(), layers, o);
+  CHECK(r.step_seconds == doctest::Approx(26e-3));
+  CHECK(r.efficiency == doctest::Approx(1.0));
+}
+
+TEST_CASE("sim: a profile's layers in backward order, backward split by size") {
+  const std::vector<layer> l = layers_of({1, 3}, 4, 8e-3);
+  REQUIRE(l.size() == 2);
+  CHECK(l[0].bytes == 12);
+  CHECK(l[0].backward_seconds == doctest::Approx(6e-3));
+  CHECK(l[1].bytes == 4);
+  CHECK(l[1].backward_seconds == doctest::Approx(2e-3));
+
+  const std::string path = "test_sim_profile.txt";
+  {
+    std::ofstream f(path);
+    f << "# a comment\n  64 \n\n# w 2x2\n4\n";
+  }
+  CHECK(read_profile(path) == std::vector<std::size_t>{64, 4});
+  {
+    std::ofstream f(path);
+    f << "12\n-3\n";
+  }
+  try {
+    read_profile(path);
+    FAIL("a negative count was read");
+  } catch (const invalid_argument_error& e) {
+    CHECK(std::string(e.what()).find(path + ":2: '-3' is not an element count") !=
+          std::string::npos);
+  }
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(read_profile("no/such/profile.txt"), invalid_argument_error);
+}

@@ -1,0 +1,216 @@
+// distcomm-sim: the cost model of DistComm's strategies (sim/cost.hpp, sim/step.hpp) on a machine
+// described by its latencies and bandwidths, for machines and rank counts this one does not have.
+//   distcomm-sim allreduce --machine 25gbe-4gpu --ranks 8,128 --bytes 8,1M,64M
+//   distcomm-sim step --machine 25gbe-4gpu --profile bench/profiles/resnet50.txt
+//       --backward-ms 120 --ranks 8,16,32,64,128
+// Every figure is a prediction; docs/SCALING.md says how close the model came to the runs here.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/sim/cost.hpp"
+#include "distcomm/sim/step.hpp"
+#include "distcomm/strategy/table.hpp"
+
+namespace {
+
+namespace sim = distcomm::sim;
+
+// The machine as the options give it; a preset first, then each option given over it.
+struct machine_options {
+  std::string preset;
+  double alpha_us = -1, link_gbps = -1, intra_alpha_us = -1, intra_gbs = -1, reduce_gbs = -1;
+  int ranks_per_node = -1;
+  double ps_oversubscription = -1;
+  std::string segment;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--machine", preset,
+                   "A preset: 25gbe-4gpu (4 GPUs per node over 25 Gb/s "
+                   "Ethernet, docs/SCALING.md)");
+    app.add_option("--alpha-us", alpha_us, "Latency of a message between nodes, microseconds");
+    app.add_option("--link-gbps", link_gbps, "Bandwidth between nodes, Gbit/s");
+    app.add_option("--intra-alpha-us", intra_alpha_us, "Latency inside a node, microseconds");
+    app.add_option("--intra-gbs", intra_gbs, "Bandwidth inside a node, GB/s");
+    app.add_option("--reduce-gbs", reduce_gbs, "Rate of combining (summing) bytes, GB/s");
+    app.add_option("--ranks-per-node", ranks_per_node, "Ranks on each node");
+    app.add_option("--ps-oversubscription", ps_oversubscription,
+                   "Parameter servers sharing one link (1: a link each)");
+    app.add_option("--segment", segment, "Ring and tree segment size (K/M suffixes; 0: none)");
+  }
+
+  sim::machine make() const {
+    sim::machine m;
+    bool have = false;
+    if (preset == "25gbe-4gpu") {
+      // 25 Gb/s Ethernet between nodes (about 25 us a message over TCP), PCIe 3.0 x16 between
+      // the node's 4 GPUs (about 10 GB/s, 10 us), GPU memory combining at 200 GB/s.
+      m.inter = {25e-6, 8.0 / 25e9};
+      m.intra = {10e-6, 1.0 / 10e9};
+      m.gamma = 1.0 / 200e9;
+      m.ranks_per_node = 4;
+      have = true;
+    } else if (!preset.empty()) {
+      throw distcomm::invalid_argument_error("--machine: no preset '" + preset + "' (25gbe-4gpu)");
+    }
+    if (alpha_us >= 0) m.inter.alpha = alpha_us * 1e-6;
+    if (link_gbps > 0) m.inter.beta = 8.0 / (link_gbps * 1e9);
+    if (intra_alpha_us >= 0) m.intra.alpha = intra_alpha_us * 1e-6;
+    if (intra_gbs > 0) m.intra.beta = 1.0 / (intra_gbs * 1e9);
+    if (reduce_gbs > 0) m.gamma = 1.0 / (reduce_gbs * 1e9);
+    if (ranks_per_node > 0) m.ranks_per_node = ranks_per_node;
+    if (ps_oversubscription > 0) m.ps_oversubscription = ps_oversubscription;
+    if (!segment.empty()) m.segment_bytes = distcomm::parse_bytes(segment, "--segment");
+    if (!have && link_gbps <= 0) {
+      throw distcomm::invalid_argument_error(
+          "describe the machine: --machine 25gbe-4gpu, or at least --link-gbps (and --alpha-us, "
+          "--intra-gbs, --reduce-gbs, --ranks-per-node)");
+    }
+    if (m.ranks_per_node == 1 || intra_gbs <= 0) {
+      if (!have) m.intra = m.inter;  // one kind of link
+    }
+    return m;
+  }
+};
+
+std::vector<sim::algorithm> chosen(const std::vector<std::string>& names, const sim::machine& m,
+                                   int ranks) {
+  if (names.empty()) return sim::algorithms_for(m, ranks);
+  std::vector<sim::algorithm> out;
+  const std::vector<sim::algorithm> can = sim::algorithms_for(m, ranks);
+  for (const std::string& n : names) {
+    const sim::algorithm a = sim::algorithm_named(n);
+    if (std::find(can.begin(), can.end(), a) != can.end()) out.push_back(a);
+  }
+  return out;
+}
+
+int allreduce_table(const sim::machine& m, const std::vector<int>& ranks,
+                    const std::vector<std::string>& sizes, const std::vector<std::string>& names,
+                    int ps_servers) {
+  for (int p : ranks) {
+    const std::vector<sim::algorithm> algos = chosen(names, m, p);
+    std::printf("# %d ranks, %d per node; time in us (busbw GB/s)\n", p, m.ranks_per_node);
+    std::printf("%12s", "bytes");
+    for (sim::algorithm a : algos) std::printf(" %22s", sim::name_of(a));
+    std::printf(" %14s\n", "fastest");
+    for (const std::string& s : sizes) {
+      const std::size_t bytes = distcomm::parse_bytes(s, "--bytes");
+      std::printf("%12zu", bytes);
+      double best = std::numeric_limits<double>::infinity();
+      const char* pick = "-";
+      for (sim::algorithm a : algos) {
+        const double t = sim::allreduce_seconds(a, m, bytes, p, std::min(ps_servers, p));
+        std::printf(" %12.1f (%7.2f)", t * 1e6, sim::bus_bandwidth(bytes, p, t) / 1e9);
+        if (t < best) {
+          best = t;
+          pick = sim::name_of(a);
+        }
+      }
+      std::printf(" %14s\n", pick);
+    }
+  }
+  return 0;
+}
+
+int step_table(const sim::machine& m, const std::vector<int>& ranks, const std::string& profile,
+               double forward_ms, double backward_ms, const std::string& fusion, double cycle_ms,
+               bool no_overlap, const std::vector<std::string>& names, int ps_servers) {
+  const std::vector<std::size_t> counts = sim::read_profile(profile);
+  const std::vector<sim::layer> layers = sim::layers_of(counts, 4, backward_ms * 1e-3);
+  std::size_t total = 0;
+  for (const sim::layer& l : layers) total += l.bytes;
+  sim::step_options o;
+  o.forward_seconds = (forward_ms >= 0 ? forward_ms : backward_ms / 2) * 1e-3;
+  o.fusion_threshold = distcomm::parse_bytes(fusion, "--fusion");
+  o.cycle_seconds = cycle_ms * 1e-3;
+  o.overlap = !no_overlap;
+  std::printf(
+      "# %s: %zu tensors, %.1f MiB of f32 gradients; forward %.1f ms, backward %.1f ms; "
+      "fusion %s, cycle %.1f ms, %s\n",
+      profile.c_str(), layers.size(), static_cast<double>(total) / (1 << 20),
+      o.forward_seconds * 1e3, backward_ms, fusion.c_str(), cycle_ms,
+      o.overlap ? "overlapped with backward" : "after backward");
+  std::printf("# step time in ms (scaling efficiency %%), %d ranks per node\n", m.ranks_per_node);
+  for (int p : ranks) {
+    const std::vector<sim::algorithm> algos = chosen(names, m, p);
+    std::printf("%6d ranks:", p);
+    double best = std::numeric_limits<double>::infinity();
+    const char* pick = "-";
+    for (sim::algorithm a : algos) {
+      o.algo = a;
+      o.ranks = p;
+      o.ps_servers = std::min(ps_servers, p);
+      const sim::step_result r = sim::simulate_step(m, layers, o);
+      std::printf("  %s %.1f (%.0f%%)", sim::name_of(a), r.step_seconds * 1e3, r.efficiency * 100);
+      if (r.step_seconds < best) {
+        best = r.step_seconds;
+        pick = sim::name_of(a);
+      }
+    }
+    std::printf("  -> %s\n", pick);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "DistComm's cost model: predicted allreduce and training-step times of every "
+      "strategy, for machines and rank counts this one does not have"};
+  app.require_subcommand(1);
+  machine_options mo;
+  std::vector<int> ranks = {8, 16, 32, 64, 128};
+  std::vector<std::string> names;
+  int ps_servers = 1;
+
+  CLI::App* ar = app.add_subcommand("allreduce", "One allreduce per size and rank count");
+  std::vector<std::string> sizes = {"8", "4K", "1M", "64M"};
+  mo.add_to(*ar);
+  ar->add_option("--ranks", ranks, "Rank counts")->delimiter(',')->capture_default_str();
+  ar->add_option("--bytes", sizes, "Sizes (K/M suffixes)")->delimiter(',')->capture_default_str();
+
+  CLI::App* st = app.add_subcommand("step", "A training step of a gradient profile");
+  std::string profile, fusion = "64M";
+  double forward_ms = -1, backward_ms = 0, cycle_ms = 0;
+  bool no_overlap = false;
+  mo.add_to(*st);
+  st->add_option("--ranks", ranks, "Rank counts")->delimiter(',')->capture_default_str();
+  st->add_option("--profile", profile, "Gradient profile (bench/profiles/*.txt)")->required();
+  st->add_option("--backward-ms", backward_ms, "Backward time of one step on one rank, ms")
+      ->required();
+  st->add_option("--forward-ms", forward_ms, "Forward time, ms (default: half of backward)");
+  st->add_option("--fusion", fusion, "Fusion threshold (K/M suffixes; 0: none)")
+      ->capture_default_str();
+  st->add_option("--cycle-ms", cycle_ms, "The engine's cycle time, ms")->capture_default_str();
+  st->add_flag("--no-overlap", no_overlap, "Allreduce after backward, not during it");
+
+  for (CLI::App* sub : {ar, st}) {
+    sub->add_option("--strategy", names,
+                    "Strategies (ring, tree, rd, ps, hierarchical; "
+                    "default: all)")
+        ->delimiter(',');
+    sub->add_option("--ps-servers", ps_servers, "Servers of the parameter server")
+        ->capture_default_str();
+  }
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const sim::machine m = mo.make();
+    if (*ar) return allreduce_table(m, ranks, sizes, names, ps_servers);
+    return step_table(m, ranks, profile, forward_ms, backward_ms, fusion, cycle_ms, no_overlap,
+                      names, ps_servers);
+  } catch (const distcomm::invalid_argument_error& e) {
+    std::fprintf(stderr, "distcomm-sim: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "distcomm-sim: %s\n", e.what());
+    return 1;
+  }
+}
