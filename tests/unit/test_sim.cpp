@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/sim/calibrate.hpp"
 #include "distcomm/sim/cost.hpp"
 #include "distcomm/sim/step.hpp"
 
@@ -163,4 +164,53 @@ TEST_CASE("sim: a profile's layers in backward order, backward split by size") {
   }
   std::remove(path.c_str());
   CHECK_THROWS_AS(read_profile("no/such/profile.txt"), invalid_argument_error);
+}
+
+TEST_CASE("sim: calibration recovers the parameters that made the samples") {
+  machine truth;
+  truth.inter = {5e-6, 1 / 2e9};  // 5 us, 2 GB/s
+  truth.intra = truth.inter;
+  truth.gamma = 1 / 10e9;  // 10 GB/s
+  std::vector<sample> s;
+  for (algorithm a : {algorithm::ring, algorithm::recursive_doubling, algorithm::tree}) {
+    for (int p : {2, 4, 8}) {
+      for (std::size_t n :
+           {std::size_t{8}, std::size_t{4096}, std::size_t{1} << 20, std::size_t{64} << 20}) {
+        s.push_back({a, p, n, allreduce_seconds(a, truth, n, p)});
+      }
+    }
+  }
+  const calibration c = calibrate(s);
+  CHECK(c.fitted.inter.alpha == doctest::Approx(5e-6).epsilon(1e-6));
+  CHECK(c.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
+  CHECK(c.fitted.gamma == doctest::Approx(1 / 10e9).epsilon(1e-6));
+  CHECK(c.max_error < 1e-6);
+  CHECK(c.errors.size() == s.size());
+
+  // gamma given (from the kernels' benchmark): only alpha and beta are fitted.
+  const calibration g = calibrate(s, 1 / 10e9);
+  CHECK(g.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
+  CHECK(g.fitted.gamma == 1 / 10e9);
+
+  // Times that do not grow with size: beta and gamma come out 0, not negative.
+  std::vector<sample> flat_times;
+  for (std::size_t n : {std::size_t{8}, std::size_t{1} << 20, std::size_t{64} << 20}) {
+    flat_times.push_back({algorithm::ring, 4, n, 1e-3});
+    flat_times.push_back({algorithm::recursive_doubling, 4, n, 1e-3});
+  }
+  const calibration f = calibrate(flat_times);
+  CHECK(f.fitted.inter.beta >= 0);
+  CHECK(f.fitted.gamma >= 0);
+  CHECK(f.fitted.inter.alpha > 0);
+
+  // One size of one strategy cannot tell alpha, beta and gamma apart; too few samples.
+  CHECK_THROWS_AS(calibrate({{algorithm::ring, 4, 1000, 1e-3},
+                             {algorithm::ring, 4, 1000, 1.1e-3},
+                             {algorithm::ring, 4, 1000, 0.9e-3}}),
+                  invalid_argument_error);
+  CHECK_THROWS_AS(calibrate({{algorithm::ring, 4, 1000, 1e-3}}), invalid_argument_error);
+  CHECK_THROWS_AS(
+      calibrate(
+          {{algorithm::ring, 4, 1000, 0}, {algorithm::ring, 4, 10, 1}, {algorithm::ring, 4, 1, 1}}),
+      invalid_argument_error);
 }

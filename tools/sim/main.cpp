@@ -3,17 +3,23 @@
 //   distcomm-sim allreduce --machine 25gbe-4gpu --ranks 8,128 --bytes 8,1M,64M
 //   distcomm-sim step --machine 25gbe-4gpu --profile bench/profiles/resnet50.txt
 //       --backward-ms 120 --ranks 8,16,32,64,128
+//   distcomm-sim calibrate bw_gloo_ring.json lat_gloo_ring.json    # distcomm-bench-* --json
 // Every figure is a prediction; docs/SCALING.md says how close the model came to the runs here.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/sim/calibrate.hpp"
 #include "distcomm/sim/cost.hpp"
 #include "distcomm/sim/step.hpp"
 #include "distcomm/strategy/table.hpp"
@@ -159,6 +165,79 @@ int step_table(const sim::machine& m, const std::vector<int>& ranks, const std::
   return 0;
 }
 
+// The allreduce samples of a distcomm-bench-<backend> --json file: each size's in-place time
+// (out-of-place where in-place did not run). Strategies the model has no closed form for
+// (automatic) are skipped, saying so.
+std::vector<sim::sample> samples_of(const std::string& path, int ps_servers) {
+  std::ifstream in(path);
+  if (!in) throw distcomm::invalid_argument_error(path + ": cannot be read");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw distcomm::invalid_argument_error(path + ": not JSON (" + e.what() + ")");
+  }
+  const std::string strategy = j.value("strategy", "");
+  if (j.value("collective", "") != "allreduce" || !j.contains("results")) {
+    throw distcomm::invalid_argument_error(path + ": not a distcomm-bench allreduce sweep (" +
+                                           "--json of distcomm-bench-<backend> -c allreduce)");
+  }
+  std::vector<sim::sample> out;
+  if (strategy == "automatic" || strategy == "auto") {
+    std::fprintf(stderr, "distcomm-sim: %s: strategy automatic has no closed form; skipped\n",
+                 path.c_str());
+    return out;
+  }
+  const sim::algorithm a = sim::algorithm_named(strategy);
+  const int ranks = j.value("ranks", 0);
+  for (const nlohmann::json& r : j["results"]) {
+    const nlohmann::json* m = nullptr;
+    for (const char* mode : {"in_place", "out_of_place"}) {
+      if (r.contains(mode) && r[mode].is_object()) {
+        m = &r[mode];
+        break;
+      }
+    }
+    if (m == nullptr || !m->contains("time_us")) continue;
+    sim::sample s;
+    s.algo = a;
+    s.ranks = ranks;
+    s.bytes = r.value("size", std::size_t{0});
+    s.seconds = m->value("time_us", 0.0) * 1e-6;
+    s.ps_servers = std::min(ps_servers, ranks);
+    if (s.bytes > 0 && s.seconds > 0) out.push_back(s);
+  }
+  return out;
+}
+
+int calibrate_files(const std::vector<std::string>& files, double gamma_gbs, int ps_servers,
+                    bool each) {
+  std::vector<sim::sample> samples;
+  for (const std::string& f : files) {
+    const std::vector<sim::sample> more = samples_of(f, ps_servers);
+    samples.insert(samples.end(), more.begin(), more.end());
+  }
+  std::optional<double> gamma;
+  if (gamma_gbs > 0) gamma = 1.0 / (gamma_gbs * 1e9);
+  const sim::calibration c = sim::calibrate(samples, gamma);
+  const sim::link& l = c.fitted.inter;
+  std::printf("# %zu samples from %zu files; median error %.1f%%, largest %.1f%%\n", samples.size(),
+              files.size(), c.median_error * 100, c.max_error * 100);
+  std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node 1\n",
+              l.alpha * 1e6, l.beta > 0 ? 8.0 / l.beta / 1e9 : 0.0,
+              c.fitted.gamma > 0 ? 1.0 / c.fitted.gamma / 1e9 : 0.0);
+  if (each) {
+    std::printf("%-14s %6s %12s %14s %14s %8s\n", "strategy", "ranks", "bytes", "measured_us",
+                "predicted_us", "error");
+    for (std::size_t k = 0; k < samples.size(); ++k) {
+      const sim::sample& s = samples[k];
+      std::printf("%-14s %6d %12zu %14.2f %14.2f %7.1f%%\n", sim::name_of(s.algo), s.ranks, s.bytes,
+                  s.seconds * 1e6, s.seconds * (1 + c.errors[k]) * 1e6, c.errors[k] * 100);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,6 +271,21 @@ int main(int argc, char** argv) {
   st->add_option("--cycle-ms", cycle_ms, "The engine's cycle time, ms")->capture_default_str();
   st->add_flag("--no-overlap", no_overlap, "Allreduce after backward, not during it");
 
+  CLI::App* cal = app.add_subcommand(
+      "calibrate",
+      "Fit the machine's alpha, beta and gamma to distcomm-bench-<backend> --json "
+      "allreduce sweeps run here");
+  std::vector<std::string> files;
+  double gamma_gbs = 0;
+  bool each = false;
+  cal->add_option("files", files, "distcomm-bench-* --json files")->required();
+  cal->add_option("--reduce-gbs", gamma_gbs,
+                  "Keep the combining rate at this (GB/s, e.g. distcomm-bench-kernels'); fit "
+                  "only alpha and beta");
+  cal->add_flag("--each", each, "Every sample, measured against the fitted model");
+  cal->add_option("--ps-servers", ps_servers, "Servers of the parameter-server runs")
+      ->capture_default_str();
+
   for (CLI::App* sub : {ar, st}) {
     sub->add_option("--strategy", names,
                     "Strategies (ring, tree, rd, ps, hierarchical; "
@@ -202,6 +296,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*cal) return calibrate_files(files, gamma_gbs, ps_servers, each);
     const sim::machine m = mo.make();
     if (*ar) return allreduce_table(m, ranks, sizes, names, ps_servers);
     return step_table(m, ranks, profile, forward_ms, backward_ms, fusion, cycle_ms, no_overlap,
