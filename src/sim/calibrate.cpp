@@ -10,15 +10,19 @@ namespace distcomm::sim {
 
 namespace {
 
-using coefficients = std::array<double, 3>;  // seconds per unit of alpha, beta, gamma
+constexpr std::size_t unknowns = 4;                 // alpha, beta, gamma, oversubscribed alpha
+using coefficients = std::array<double, unknowns>;  // seconds per unit of each
 
-coefficients coefficients_of(const sample& s) {
+// The model's time for `s` on one node of `node` ranks and `cores` cores, with one unknown 1.
+coefficients coefficients_of(const sample& s, int node, int cores) {
   coefficients c{};
-  for (std::size_t i = 0; i < 3; ++i) {
+  for (std::size_t i = 0; i < unknowns; ++i) {
     machine unit;
-    link l{i == 0 ? 1.0 : 0.0, i == 1 ? 1.0 : 0.0};
-    unit.inter = unit.intra = l;
+    unit.inter = unit.intra = link{i == 0 ? 1.0 : 0.0, i == 1 ? 1.0 : 0.0};
     unit.gamma = i == 2 ? 1.0 : 0.0;
+    unit.oversubscribed_alpha = i == 3 ? 1.0 : 0.0;
+    unit.ranks_per_node = node;
+    unit.cores_per_node = cores;
     c[i] = allreduce_seconds(s.algo, unit, s.bytes, s.ranks, s.ps_servers);
   }
   return c;
@@ -27,37 +31,36 @@ coefficients coefficients_of(const sample& s) {
 // Least squares of sum_k ((c_k . x) / t_k - 1)^2 over the unknowns marked free (the others 0 or
 // fixed); false when the normal equations are singular.
 bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
-           const std::array<bool, 3>& free, const std::array<double, 3>& fixed,
-           std::array<double, 3>& x) {
+           const std::array<bool, unknowns>& free, const coefficients& fixed, coefficients& x) {
   std::vector<std::size_t> idx;
-  for (std::size_t i = 0; i < 3; ++i) {
+  for (std::size_t i = 0; i < unknowns; ++i) {
     if (free[i]) idx.push_back(i);
   }
   const std::size_t n = idx.size();
-  double a[3][4] = {};
+  double a[unknowns][unknowns + 1] = {};
   for (std::size_t k = 0; k < c.size(); ++k) {
     // Row k scaled by 1/t_k; the right side 1 minus what the fixed unknowns give.
     double rhs = 1.0;
-    for (std::size_t i = 0; i < 3; ++i) {
+    for (std::size_t i = 0; i < unknowns; ++i) {
       if (!free[i]) rhs -= c[k][i] * fixed[i] / t[k];
     }
     for (std::size_t r = 0; r < n; ++r) {
       const double cr = c[k][idx[r]] / t[k];
       for (std::size_t q = 0; q < n; ++q) a[r][q] += cr * c[k][idx[q]] / t[k];
-      a[r][3] += cr * rhs;
+      a[r][n] += cr * rhs;
     }
   }
   // Each unknown scaled to a unit diagonal (they differ by orders of magnitude: seconds per
   // message against seconds per byte), then Gaussian elimination with partial pivoting; a pivot
   // that vanishes next to 1 means samples that do not tell the unknowns apart.
-  double scale[3] = {1, 1, 1};
+  double scale[unknowns] = {1, 1, 1, 1};
   for (std::size_t r = 0; r < n; ++r) {
     if (a[r][r] <= 0) return false;
     scale[r] = 1 / std::sqrt(a[r][r]);
   }
   for (std::size_t r = 0; r < n; ++r) {
     for (std::size_t q = 0; q < n; ++q) a[r][q] *= scale[r] * scale[q];
-    a[r][3] *= scale[r];
+    a[r][n] *= scale[r];
   }
   for (std::size_t col = 0; col < n; ++col) {
     std::size_t pivot = col;
@@ -65,16 +68,16 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
       if (std::fabs(a[r][col]) > std::fabs(a[pivot][col])) pivot = r;
     }
     if (std::fabs(a[pivot][col]) < 1e-9) return false;
-    for (std::size_t q = 0; q < 4; ++q) std::swap(a[col][q], a[pivot][q]);
+    for (std::size_t q = 0; q <= n; ++q) std::swap(a[col][q], a[pivot][q]);
     for (std::size_t r = 0; r < n; ++r) {
       if (r == col) continue;
       const double f = a[r][col] / a[col][col];
-      for (std::size_t q = col; q < 4; ++q) a[r][q] -= f * a[col][q];
+      for (std::size_t q = col; q <= n; ++q) a[r][q] -= f * a[col][q];
     }
   }
   x = fixed;
   for (std::size_t r = 0; r < n; ++r) {
-    x[idx[r]] = a[r][3] / a[r][r] * scale[r];
+    x[idx[r]] = a[r][n] / a[r][r] * scale[r];
     if (!std::isfinite(x[idx[r]])) return false;
   }
   return true;
@@ -82,7 +85,13 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
 
 }  // namespace
 
-calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma) {
+calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma, int cores) {
+  int node = 1;  // every sample's ranks on one node
+  bool oversubscribed = false;
+  for (const sample& s : samples) {
+    node = std::max(node, s.ranks);
+    if (cores > 0 && s.ranks > cores) oversubscribed = true;
+  }
   std::vector<coefficients> c;
   std::vector<double> t;
   for (const sample& s : samples) {
@@ -90,17 +99,17 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
       throw invalid_argument_error("calibrate: a sample of " + std::to_string(s.bytes) +
                                    " bytes took no time");
     }
-    c.push_back(coefficients_of(s));
+    c.push_back(coefficients_of(s, node, cores));
     t.push_back(s.seconds);
   }
-  std::array<bool, 3> free = {true, true, !gamma};
-  std::array<double, 3> fixed = {0, 0, gamma ? *gamma : 0};
-  const std::size_t unknowns = gamma ? 2 : 3;
-  if (samples.size() < unknowns) {
+  std::array<bool, unknowns> free = {true, true, !gamma, oversubscribed};
+  coefficients fixed = {0, 0, gamma ? *gamma : 0, 0};
+  const auto wanted = static_cast<std::size_t>(std::count(free.begin(), free.end(), true));
+  if (samples.size() < wanted) {
     throw invalid_argument_error("calibrate: " + std::to_string(samples.size()) + " samples for " +
-                                 std::to_string(unknowns) + " unknowns");
+                                 std::to_string(wanted) + " unknowns");
   }
-  std::array<double, 3> x{};
+  coefficients x{};
   for (;;) {
     if (!solve(c, t, free, fixed, x)) {
       throw invalid_argument_error(
@@ -109,7 +118,7 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
     }
     // A negative coefficient means the data does not see it: 0, and fit the others again.
     bool again = false;
-    for (std::size_t i = 0; i < 3; ++i) {
+    for (std::size_t i = 0; i < unknowns; ++i) {
       if (free[i] && x[i] < 0) {
         free[i] = false;
         fixed[i] = 0;
@@ -121,9 +130,13 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
   calibration out;
   out.fitted.inter = out.fitted.intra = link{x[0], x[1]};
   out.fitted.gamma = x[2];
+  out.fitted.oversubscribed_alpha = x[3];
+  out.fitted.ranks_per_node = node;
+  out.fitted.cores_per_node = cores;
   std::vector<double> abs_errors;
   for (std::size_t k = 0; k < c.size(); ++k) {
-    const double predicted = c[k][0] * x[0] + c[k][1] * x[1] + c[k][2] * x[2];
+    double predicted = 0;
+    for (std::size_t i = 0; i < unknowns; ++i) predicted += c[k][i] * x[i];
     out.errors.push_back(predicted / t[k] - 1);
     abs_errors.push_back(std::fabs(out.errors.back()));
   }

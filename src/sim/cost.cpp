@@ -80,6 +80,19 @@ double hierarchical(const machine& m, double n, int p) {
   return 2.0 * inside + (local - 1) * piece * m.gamma + ring(m, shared, piece, nodes);
 }
 
+// The machine as `ranks` see it: a node with more of them than cores time-shares its cores.
+machine as_run(const machine& m, int ranks) {
+  const int on_node = std::min(ranks, m.ranks_per_node);
+  if (m.cores_per_node <= 0 || on_node <= m.cores_per_node) return m;
+  machine out = m;
+  const double share = static_cast<double>(on_node) / m.cores_per_node;
+  out.intra.alpha += m.oversubscribed_alpha;
+  out.inter.alpha += m.oversubscribed_alpha;
+  out.intra.beta *= share;
+  out.gamma *= share;
+  return out;
+}
+
 }  // namespace
 
 const char* name_of(algorithm a) {
@@ -127,15 +140,16 @@ double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int r
   }
   if (ranks == 1 || bytes == 0) return 0;
   const auto n = static_cast<double>(bytes);
+  const machine run = as_run(m, ranks);
   switch (a) {
     case algorithm::ring:
-      return ring(m, flat_link(m, ranks), n, ranks);
+      return ring(run, flat_link(run, ranks), n, ranks);
     case algorithm::tree:
-      return tree(m, n, ranks);
+      return tree(run, n, ranks);
     case algorithm::recursive_doubling:
-      return recursive_doubling(m, n, ranks);
+      return recursive_doubling(run, n, ranks);
     case algorithm::parameter_server:
-      return parameter_server(m, n, ranks, ps_servers);
+      return parameter_server(run, n, ranks, ps_servers);
     case algorithm::hierarchical: {
       const std::vector<algorithm> can = algorithms_for(m, ranks);
       if (std::find(can.begin(), can.end(), a) == can.end()) {
@@ -143,7 +157,7 @@ double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int r
                                      std::to_string(ranks) + " ranks, " +
                                      std::to_string(m.ranks_per_node) + " per node)");
       }
-      return hierarchical(m, n, ranks);
+      return hierarchical(run, n, ranks);
     }
   }
   return 0;

@@ -87,6 +87,21 @@ TEST_CASE("sim: hierarchical, inside the node, across the nodes sharing the NIC,
   CHECK_THROWS_AS(t(algorithm::hierarchical, flat(), mb4, 4), invalid_argument_error);
 }
 
+TEST_CASE("sim: more ranks than cores: a scheduler wait per message, a share of a core") {
+  machine m = flat();
+  m.ranks_per_node = 4;
+  m.cores_per_node = 2;
+  m.oversubscribed_alpha = 2e-5;
+  m.gamma = 1e-10;
+  // 4 ranks on 2 cores: alpha + 20 us a message, beta and gamma twice.
+  CHECK(t(algorithm::ring, m, mb4, 4) ==
+        doctest::Approx(6 * (3e-5 + 1e6 * 2e-9) + 3 * 1e6 * 2e-10));
+  // 2 ranks fit the cores: as without.
+  machine plain = m;
+  plain.cores_per_node = 0;
+  CHECK(t(algorithm::ring, m, mb4, 2) == doctest::Approx(t(algorithm::ring, plain, mb4, 2)));
+}
+
 TEST_CASE("sim: edges, names and bus bandwidth") {
   CHECK(t(algorithm::ring, flat(), mb4, 1) == 0.0);
   CHECK(t(algorithm::ring, flat(), 0, 4) == 0.0);
@@ -191,6 +206,26 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
   const calibration g = calibrate(s, 1 / 10e9);
   CHECK(g.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
   CHECK(g.fitted.gamma == 1 / 10e9);
+
+  // 2 and 4 ranks on 2 cores: the oversubscribed alpha is fitted too.
+  machine shared = truth;
+  shared.ranks_per_node = 4;
+  shared.cores_per_node = 2;
+  shared.oversubscribed_alpha = 3e-5;
+  std::vector<sample> both;
+  for (algorithm a : {algorithm::ring, algorithm::recursive_doubling}) {
+    for (int p : {2, 4}) {
+      for (std::size_t n : {std::size_t{8}, std::size_t{1} << 16, std::size_t{16} << 20}) {
+        both.push_back({a, p, n, allreduce_seconds(a, shared, n, p)});
+      }
+    }
+  }
+  const calibration o = calibrate(both, {}, 2);
+  CHECK(o.fitted.oversubscribed_alpha == doctest::Approx(3e-5).epsilon(1e-6));
+  CHECK(o.fitted.inter.alpha == doctest::Approx(5e-6).epsilon(1e-6));
+  CHECK(o.fitted.ranks_per_node == 4);
+  CHECK(o.fitted.cores_per_node == 2);
+  CHECK(o.max_error < 1e-6);
 
   // Times that do not grow with size: beta and gamma come out 0, not negative.
   std::vector<sample> flat_times;

@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -32,8 +33,8 @@ namespace sim = distcomm::sim;
 struct machine_options {
   std::string preset;
   double alpha_us = -1, link_gbps = -1, intra_alpha_us = -1, intra_gbs = -1, reduce_gbs = -1;
-  int ranks_per_node = -1;
-  double ps_oversubscription = -1;
+  int ranks_per_node = -1, cores_per_node = -1;
+  double ps_oversubscription = -1, oversubscribed_alpha_us = -1;
   std::string segment;
 
   void add_to(CLI::App& app) {
@@ -46,6 +47,10 @@ struct machine_options {
     app.add_option("--intra-gbs", intra_gbs, "Bandwidth inside a node, GB/s");
     app.add_option("--reduce-gbs", reduce_gbs, "Rate of combining (summing) bytes, GB/s");
     app.add_option("--ranks-per-node", ranks_per_node, "Ranks on each node");
+    app.add_option("--cores-per-node", cores_per_node,
+                   "Cores on each node, when ranks may outnumber them (0: never)");
+    app.add_option("--oversubscribed-alpha-us", oversubscribed_alpha_us,
+                   "What a message costs more when a node's ranks outnumber its cores, us");
     app.add_option("--ps-oversubscription", ps_oversubscription,
                    "Parameter servers sharing one link (1: a link each)");
     app.add_option("--segment", segment, "Ring and tree segment size (K/M suffixes; 0: none)");
@@ -71,6 +76,8 @@ struct machine_options {
     if (intra_gbs > 0) m.intra.beta = 1.0 / (intra_gbs * 1e9);
     if (reduce_gbs > 0) m.gamma = 1.0 / (reduce_gbs * 1e9);
     if (ranks_per_node > 0) m.ranks_per_node = ranks_per_node;
+    if (cores_per_node >= 0) m.cores_per_node = cores_per_node;
+    if (oversubscribed_alpha_us >= 0) m.oversubscribed_alpha = oversubscribed_alpha_us * 1e-6;
     if (ps_oversubscription > 0) m.ps_oversubscription = ps_oversubscription;
     if (!segment.empty()) m.segment_bytes = distcomm::parse_bytes(segment, "--segment");
     if (!have && link_gbps <= 0) {
@@ -210,8 +217,8 @@ std::vector<sim::sample> samples_of(const std::string& path, int ps_servers) {
   return out;
 }
 
-int calibrate_files(const std::vector<std::string>& files, double gamma_gbs, int ps_servers,
-                    bool each) {
+int calibrate_files(const std::vector<std::string>& files, double gamma_gbs, int cores,
+                    int ps_servers, bool each) {
   std::vector<sim::sample> samples;
   for (const std::string& f : files) {
     const std::vector<sim::sample> more = samples_of(f, ps_servers);
@@ -219,13 +226,18 @@ int calibrate_files(const std::vector<std::string>& files, double gamma_gbs, int
   }
   std::optional<double> gamma;
   if (gamma_gbs > 0) gamma = 1.0 / (gamma_gbs * 1e9);
-  const sim::calibration c = sim::calibrate(samples, gamma);
+  const sim::calibration c = sim::calibrate(samples, gamma, cores);
   const sim::link& l = c.fitted.inter;
   std::printf("# %zu samples from %zu files; median error %.1f%%, largest %.1f%%\n", samples.size(),
               files.size(), c.median_error * 100, c.max_error * 100);
-  std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node 1\n",
+  std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node %d",
               l.alpha * 1e6, l.beta > 0 ? 8.0 / l.beta / 1e9 : 0.0,
-              c.fitted.gamma > 0 ? 1.0 / c.fitted.gamma / 1e9 : 0.0);
+              c.fitted.gamma > 0 ? 1.0 / c.fitted.gamma / 1e9 : 0.0, c.fitted.ranks_per_node);
+  if (c.fitted.cores_per_node > 0) {
+    std::printf(" --cores-per-node %d --oversubscribed-alpha-us %.3g", c.fitted.cores_per_node,
+                c.fitted.oversubscribed_alpha * 1e6);
+  }
+  std::printf("\n");
   if (each) {
     std::printf("%-14s %6s %12s %14s %14s %8s\n", "strategy", "ranks", "bytes", "measured_us",
                 "predicted_us", "error");
@@ -277,12 +289,17 @@ int main(int argc, char** argv) {
       "allreduce sweeps run here");
   std::vector<std::string> files;
   double gamma_gbs = 0;
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
   bool each = false;
   cal->add_option("files", files, "distcomm-bench-* --json files")->required();
   cal->add_option("--reduce-gbs", gamma_gbs,
                   "Keep the combining rate at this (GB/s, e.g. distcomm-bench-kernels'); fit "
                   "only alpha and beta");
   cal->add_flag("--each", each, "Every sample, measured against the fitted model");
+  cal->add_option("--cores", cores,
+                  "Cores of the machine the samples ran on (default: this one's); runs of more "
+                  "ranks fit the oversubscribed alpha too")
+      ->capture_default_str();
   cal->add_option("--ps-servers", ps_servers, "Servers of the parameter-server runs")
       ->capture_default_str();
 
@@ -296,7 +313,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*cal) return calibrate_files(files, gamma_gbs, ps_servers, each);
+    if (*cal) return calibrate_files(files, gamma_gbs, cores, ps_servers, each);
     const sim::machine m = mo.make();
     if (*ar) return allreduce_table(m, ranks, sizes, names, ps_servers);
     return step_table(m, ranks, profile, forward_ms, backward_ms, fusion, cycle_ms, no_overlap,

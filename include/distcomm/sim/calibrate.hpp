@@ -1,7 +1,9 @@
 // Calibration of the cost model (distcomm-sim calibrate): the alpha, beta and gamma of one kind of
-// link that best explain measured allreduce times, by least squares on the relative error. Every
-// closed form of cost.hpp is linear in (alpha, beta, gamma) on one kind of link, so the fit is a
-// linear one: each sample's coefficients are the model's time at (1, 0, 0), (0, 1, 0), (0, 0, 1).
+// link (the ranks of the samples on one node) that best explain measured allreduce times, by
+// least squares on the relative error; with samples of more ranks than the node's cores, also
+// the oversubscribed alpha. Every closed form of cost.hpp is linear in these on one kind of link,
+// so the fit is a linear one: each sample's coefficients are the model's time at one unknown 1
+// and the others 0.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +24,7 @@ struct sample {
 };
 
 struct calibration {
-  machine fitted;           // inter = intra = the fitted link, one rank per node
+  machine fitted;  // inter = intra = the fitted link; the samples' largest rank count per node
   double median_error = 0;  // |predicted / measured - 1| over the samples
   double max_error = 0;
   std::vector<double> errors;  // signed predicted / measured - 1, one per sample
@@ -30,8 +32,10 @@ struct calibration {
 
 // invalid_argument_error with fewer samples than unknowns, or samples that cannot separate
 // them (e.g. one size only). `gamma`, when given, is kept (e.g. from distcomm-bench-kernels) and
-// only alpha and beta are fitted. Coefficients that come out negative are set to 0 and the rest
-// refitted.
-calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma = {});
+// only alpha and beta are fitted. `cores`: the cores of the node the samples ran on (0: as many
+// as ranks); samples of more ranks add oversubscribed_alpha to the unknowns. Coefficients that
+// come out negative are set to 0 and the rest refitted.
+calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma = {},
+                      int cores = 0);
 
 }  // namespace distcomm::sim

@@ -18,8 +18,10 @@
 //          (servers sharing a link);
 //   hierarchical  reduce-scatter in the node (ring, intra), allreduce of n/L across the nodes
 //          (ring, inter, the node's L rings sharing its NIC), allgather in the node.
-// native is modelled as ring. Non-power-of-two rank counts for rd: the next power of two's
-// rounds (the extra ranks fold in and out, counted as one more round each way).
+// More ranks on a node than cores (machine::cores_per_node) add oversubscribed_alpha to every
+// message and multiply the node's beta and gamma by ranks / cores. native is modelled as ring.
+// Non-power-of-two rank counts for rd: the next power of two's rounds (the extra ranks fold in and
+// out, counted as one more round each way).
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,11 @@ struct machine {
   int ranks_per_node = 1;
   double ps_oversubscription = 1;  // parameter servers sharing one link (1: a link each)
   std::size_t segment_bytes = 0;   // ring and tree segments; 0: unsegmented
+  // Processes sharing cores: with more ranks on a node than cores_per_node (0: never), every
+  // message waits for the scheduler (oversubscribed_alpha more), and copying and combining run
+  // on ranks / cores of a core each (beta inside the node and gamma times that).
+  int cores_per_node = 0;
+  double oversubscribed_alpha = 0;
 };
 
 enum class algorithm { ring, tree, recursive_doubling, parameter_server, hierarchical };
