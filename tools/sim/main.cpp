@@ -132,23 +132,35 @@ int allreduce_table(const sim::machine& m, const std::vector<int>& ranks,
   return 0;
 }
 
-int step_table(const sim::machine& m, const std::vector<int>& ranks, const std::string& profile,
-               double forward_ms, double backward_ms, const std::string& fusion, double cycle_ms,
-               bool no_overlap, const std::vector<std::string>& names, int ps_servers) {
-  const std::vector<std::size_t> counts = sim::read_profile(profile);
-  const std::vector<sim::layer> layers = sim::layers_of(counts, 4, backward_ms * 1e-3);
+// What `step` was asked.
+struct step_request {
+  std::string profile, fusion = "64M", csv;
+  double forward_ms = -1, backward_ms = 0, cycle_ms = 0;
+  bool no_overlap = false;
+};
+
+int step_table(const sim::machine& m, const std::vector<int>& ranks, const step_request& q,
+               const std::vector<std::string>& names, int ps_servers) {
+  const std::vector<std::size_t> counts = sim::read_profile(q.profile);
+  const std::vector<sim::layer> layers = sim::layers_of(counts, 4, q.backward_ms * 1e-3);
   std::size_t total = 0;
   for (const sim::layer& l : layers) total += l.bytes;
   sim::step_options o;
-  o.forward_seconds = (forward_ms >= 0 ? forward_ms : backward_ms / 2) * 1e-3;
-  o.fusion_threshold = distcomm::parse_bytes(fusion, "--fusion");
-  o.cycle_seconds = cycle_ms * 1e-3;
-  o.overlap = !no_overlap;
+  o.forward_seconds = (q.forward_ms >= 0 ? q.forward_ms : q.backward_ms / 2) * 1e-3;
+  o.fusion_threshold = distcomm::parse_bytes(q.fusion, "--fusion");
+  o.cycle_seconds = q.cycle_ms * 1e-3;
+  o.overlap = !q.no_overlap;
+  std::ofstream csv;
+  if (!q.csv.empty()) {
+    csv.open(q.csv);
+    if (!csv) throw distcomm::invalid_argument_error("--csv: cannot write " + q.csv);
+    csv << "profile,ranks,strategy,step_ms,efficiency,comm_ms,exposed_ms,buckets\n";
+  }
   std::printf(
       "# %s: %zu tensors, %.1f MiB of f32 gradients; forward %.1f ms, backward %.1f ms; "
       "fusion %s, cycle %.1f ms, %s\n",
-      profile.c_str(), layers.size(), static_cast<double>(total) / (1 << 20),
-      o.forward_seconds * 1e3, backward_ms, fusion.c_str(), cycle_ms,
+      q.profile.c_str(), layers.size(), static_cast<double>(total) / (1 << 20),
+      o.forward_seconds * 1e3, q.backward_ms, q.fusion.c_str(), q.cycle_ms,
       o.overlap ? "overlapped with backward" : "after backward");
   std::printf("# step time in ms (scaling efficiency %%), %d ranks per node\n", m.ranks_per_node);
   for (int p : ranks) {
@@ -162,12 +174,20 @@ int step_table(const sim::machine& m, const std::vector<int>& ranks, const std::
       o.ps_servers = std::min(ps_servers, p);
       const sim::step_result r = sim::simulate_step(m, layers, o);
       std::printf("  %s %.1f (%.0f%%)", sim::name_of(a), r.step_seconds * 1e3, r.efficiency * 100);
+      if (csv.is_open()) {
+        csv << q.profile << ',' << p << ',' << sim::name_of(a) << ',' << r.step_seconds * 1e3 << ','
+            << r.efficiency << ',' << r.comm_seconds * 1e3 << ',' << r.exposed_seconds * 1e3 << ','
+            << r.buckets << '\n';
+      }
       if (r.step_seconds < best) {
         best = r.step_seconds;
         pick = sim::name_of(a);
       }
     }
     std::printf("  -> %s\n", pick);
+  }
+  if (csv.is_open() && !csv.flush()) {
+    throw distcomm::invalid_argument_error("--csv: cannot write " + q.csv);
   }
   return 0;
 }
@@ -269,19 +289,18 @@ int main(int argc, char** argv) {
   ar->add_option("--bytes", sizes, "Sizes (K/M suffixes)")->delimiter(',')->capture_default_str();
 
   CLI::App* st = app.add_subcommand("step", "A training step of a gradient profile");
-  std::string profile, fusion = "64M";
-  double forward_ms = -1, backward_ms = 0, cycle_ms = 0;
-  bool no_overlap = false;
+  step_request q;
   mo.add_to(*st);
   st->add_option("--ranks", ranks, "Rank counts")->delimiter(',')->capture_default_str();
-  st->add_option("--profile", profile, "Gradient profile (bench/profiles/*.txt)")->required();
-  st->add_option("--backward-ms", backward_ms, "Backward time of one step on one rank, ms")
+  st->add_option("--profile", q.profile, "Gradient profile (bench/profiles/*.txt)")->required();
+  st->add_option("--backward-ms", q.backward_ms, "Backward time of one step on one rank, ms")
       ->required();
-  st->add_option("--forward-ms", forward_ms, "Forward time, ms (default: half of backward)");
-  st->add_option("--fusion", fusion, "Fusion threshold (K/M suffixes; 0: none)")
+  st->add_option("--forward-ms", q.forward_ms, "Forward time, ms (default: half of backward)");
+  st->add_option("--fusion", q.fusion, "Fusion threshold (K/M suffixes; 0: none)")
       ->capture_default_str();
-  st->add_option("--cycle-ms", cycle_ms, "The engine's cycle time, ms")->capture_default_str();
-  st->add_flag("--no-overlap", no_overlap, "Allreduce after backward, not during it");
+  st->add_option("--cycle-ms", q.cycle_ms, "The engine's cycle time, ms")->capture_default_str();
+  st->add_flag("--no-overlap", q.no_overlap, "Allreduce after backward, not during it");
+  st->add_option("--csv", q.csv, "Also write every figure to this CSV file (tools/sim/plot.sh)");
 
   CLI::App* cal = app.add_subcommand(
       "calibrate",
@@ -316,8 +335,7 @@ int main(int argc, char** argv) {
     if (*cal) return calibrate_files(files, gamma_gbs, cores, ps_servers, each);
     const sim::machine m = mo.make();
     if (*ar) return allreduce_table(m, ranks, sizes, names, ps_servers);
-    return step_table(m, ranks, profile, forward_ms, backward_ms, fusion, cycle_ms, no_overlap,
-                      names, ps_servers);
+    return step_table(m, ranks, q, names, ps_servers);
   } catch (const distcomm::invalid_argument_error& e) {
     std::fprintf(stderr, "distcomm-sim: %s\n", e.what());
     return 2;
