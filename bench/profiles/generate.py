@@ -20,7 +20,9 @@ import sys
 
 
 def conv(name, cin, cout, k, bias):
-    p = [(name + ".weight", (cout, cin, k, k))]
+    # k: a square kernel's side, or (height, width) for a rectangular one.
+    kh, kw = (k, k) if isinstance(k, int) else k
+    p = [(name + ".weight", (cout, cin, kh, kw))]
     return p + [(name + ".bias", (cout,))] if bias else p
 
 
@@ -34,13 +36,13 @@ def norm(name, c):
     return [(name + ".weight", (c,)), (name + ".bias", (c,))]
 
 
-def resnet50():
-    # torchvision.models.resnet: ResNet(Bottleneck, [3, 4, 6, 3]), 1000 classes. Bottleneck
-    # registers conv1, bn1, conv2, bn2, conv3, bn3, then downsample (1x1 conv + BN) in the first
-    # block of each stage; width = planes (groups 1, width_per_group 64), expansion 4.
+def resnet(layers):
+    # torchvision.models.resnet: ResNet(Bottleneck, layers), 1000 classes. Bottleneck registers
+    # conv1, bn1, conv2, bn2, conv3, bn3, then downsample (1x1 conv + BN) in the first block of
+    # each stage; width = planes (groups 1, width_per_group 64), expansion 4.
     p = conv("conv1", 3, 64, 7, False) + norm("bn1", 64)
     inplanes = 64
-    for stage, (planes, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=1):
+    for stage, (planes, blocks) in enumerate(zip([64, 128, 256, 512], layers), start=1):
         for b in range(blocks):
             n = "layer%d.%d." % (stage, b)
             p += conv(n + "conv1", inplanes, planes, 1, False) + norm(n + "bn1", planes)
@@ -50,6 +52,84 @@ def resnet50():
                 p += conv(n + "downsample.0", inplanes, planes * 4, 1, False)
                 p += norm(n + "downsample.1", planes * 4)
             inplanes = planes * 4
+    return p + linear("fc", 2048, 1000)
+
+
+def resnet50():
+    # torchvision.models.resnet50: ResNet(Bottleneck, [3, 4, 6, 3]).
+    return resnet([3, 4, 6, 3])
+
+
+def resnet101():
+    # torchvision.models.resnet101: ResNet(Bottleneck, [3, 4, 23, 3]).
+    return resnet([3, 4, 23, 3])
+
+
+def inception_v3():
+    # torchvision.models.inception_v3: Inception3 with aux_logits=True, 1000 classes. Every
+    # BasicConv2d is a conv without bias ("conv") and a BatchNorm2d ("bn", eps 0.001); the blocks
+    # and, inside each, the branches are listed in the order their __init__ assigns them
+    # (AuxLogits after Mixed_6e, before Mixed_7a).
+    def basic(name, cin, cout, k):
+        return conv(name + ".conv", cin, cout, k, False) + norm(name + ".bn", cout)
+
+    def block(name, cin, convs):
+        # convs: (branch, input channels or None for the block's input, output channels, kernel).
+        p = []
+        for branch, src, out, k in convs:
+            p += basic(name + "." + branch, cin if src is None else src, out, k)
+        return p
+
+    def inception_a(name, cin, pool_features):
+        return block(name, cin, [
+            ("branch1x1", None, 64, 1),
+            ("branch5x5_1", None, 48, 1), ("branch5x5_2", 48, 64, 5),
+            ("branch3x3dbl_1", None, 64, 1), ("branch3x3dbl_2", 64, 96, 3),
+            ("branch3x3dbl_3", 96, 96, 3),
+            ("branch_pool", None, pool_features, 1)])
+
+    def inception_b(name, cin):
+        return block(name, cin, [
+            ("branch3x3", None, 384, 3),
+            ("branch3x3dbl_1", None, 64, 1), ("branch3x3dbl_2", 64, 96, 3),
+            ("branch3x3dbl_3", 96, 96, 3)])
+
+    def inception_c(name, cin, c7):
+        return block(name, cin, [
+            ("branch1x1", None, 192, 1),
+            ("branch7x7_1", None, c7, 1), ("branch7x7_2", c7, c7, (1, 7)),
+            ("branch7x7_3", c7, 192, (7, 1)),
+            ("branch7x7dbl_1", None, c7, 1), ("branch7x7dbl_2", c7, c7, (7, 1)),
+            ("branch7x7dbl_3", c7, c7, (1, 7)), ("branch7x7dbl_4", c7, c7, (7, 1)),
+            ("branch7x7dbl_5", c7, 192, (1, 7)),
+            ("branch_pool", None, 192, 1)])
+
+    def inception_d(name, cin):
+        return block(name, cin, [
+            ("branch3x3_1", None, 192, 1), ("branch3x3_2", 192, 320, 3),
+            ("branch7x7x3_1", None, 192, 1), ("branch7x7x3_2", 192, 192, (1, 7)),
+            ("branch7x7x3_3", 192, 192, (7, 1)), ("branch7x7x3_4", 192, 192, 3)])
+
+    def inception_e(name, cin):
+        return block(name, cin, [
+            ("branch1x1", None, 320, 1),
+            ("branch3x3_1", None, 384, 1), ("branch3x3_2a", 384, 384, (1, 3)),
+            ("branch3x3_2b", 384, 384, (3, 1)),
+            ("branch3x3dbl_1", None, 448, 1), ("branch3x3dbl_2", 448, 384, 3),
+            ("branch3x3dbl_3a", 384, 384, (1, 3)), ("branch3x3dbl_3b", 384, 384, (3, 1)),
+            ("branch_pool", None, 192, 1)])
+
+    p = basic("Conv2d_1a_3x3", 3, 32, 3) + basic("Conv2d_2a_3x3", 32, 32, 3)
+    p += basic("Conv2d_2b_3x3", 32, 64, 3) + basic("Conv2d_3b_1x1", 64, 80, 1)
+    p += basic("Conv2d_4a_3x3", 80, 192, 3)
+    p += inception_a("Mixed_5b", 192, 32) + inception_a("Mixed_5c", 256, 64)
+    p += inception_a("Mixed_5d", 288, 64) + inception_b("Mixed_6a", 288)
+    for name, c7 in [("Mixed_6b", 128), ("Mixed_6c", 160), ("Mixed_6d", 160), ("Mixed_6e", 192)]:
+        p += inception_c(name, 768, c7)
+    p += basic("AuxLogits.conv0", 768, 128, 1) + basic("AuxLogits.conv1", 128, 768, 5)
+    p += linear("AuxLogits.fc", 768, 1000)
+    p += inception_d("Mixed_7a", 768) + inception_e("Mixed_7b", 1280)
+    p += inception_e("Mixed_7c", 2048)
     return p + linear("fc", 2048, 1000)
 
 
@@ -94,6 +174,14 @@ MODELS = [
     ("resnet50.txt", "ResNet-50 (torchvision.models.resnet50, 1000 classes)",
      "torchvision/models/resnet.py; 25,557,032 parameters per the torchvision model table",
      resnet50, 161, 25557032),
+    ("resnet101.txt", "ResNet-101 (torchvision.models.resnet101, 1000 classes)",
+     "torchvision/models/resnet.py; 44,549,160 parameters per the torchvision model table",
+     resnet101, 314, 44549160),
+    ("inception_v3.txt", "Inception-V3 with aux logits (torchvision.models.inception_v3, "
+     "1000 classes)",
+     "torchvision/models/inception.py (Inception3, aux_logits=True); 27,161,264 parameters per "
+     "the torchvision model table",
+     inception_v3, 292, 27161264),
     ("bert-base.txt", "BERT-base uncased (transformers BertModel with pooler)",
      "transformers models/bert/modeling_bert.py with the bert-base-uncased config "
      "(vocab 30522, hidden 768, 12 layers, intermediate 3072, 512 positions)",
