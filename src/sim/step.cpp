@@ -18,6 +18,41 @@ double next_cycle(double t, double cycle) {
 
 }  // namespace
 
+namespace {
+
+// ps_whole_tensors: the servers' links and every rank's link as queues (step_options).
+double whole_tensors_done(const machine& m, const std::vector<layer>& layers, const step_options& o,
+                          double backward_end, step_result& r) {
+  const int p = o.ranks;
+  const int k = std::max(1, std::min(o.ps_servers, p));
+  const link& l = p <= m.ranks_per_node ? m.intra : m.inter;
+  std::vector<double> server_free(static_cast<std::size_t>(k), 0.0);
+  double rank_free = 0;
+  double ready = o.forward_seconds;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const layer& t = layers[i];
+    ready += t.backward_seconds;
+    const auto n = static_cast<double>(t.bytes);
+    // The model's order is the reverse of backward's: tensor i is the (size - 1 - i)-th.
+    const std::size_t server = (layers.size() - 1 - i) % static_cast<std::size_t>(k);
+    const double at = o.overlap ? ready : backward_end;
+    // The server takes p pushes and gives p pulls; it sums p copies.
+    double& s = server_free[server];
+    const double served =
+        2.0 * p * (l.alpha + n * l.beta * m.ps_oversubscription) + p * n * m.gamma;
+    s = std::max(s, at) + served;
+    // Each rank sends and receives the tensor once.
+    rank_free = std::max(rank_free, at) + 2.0 * (l.alpha + n * l.beta);
+    r.comm_seconds += served;
+    ++r.buckets;
+  }
+  double done = rank_free;
+  for (double s : server_free) done = std::max(done, s);
+  return done;
+}
+
+}  // namespace
+
 step_result simulate_step(const machine& m, const std::vector<layer>& layers,
                           const step_options& o) {
   step_result r;
@@ -26,6 +61,13 @@ step_result simulate_step(const machine& m, const std::vector<layer>& layers,
   r.compute_seconds = o.forward_seconds + backward + o.optimizer_seconds;
   const double backward_end = o.forward_seconds + backward;
 
+  if (o.algo == algorithm::parameter_server && o.ps_whole_tensors && o.ranks > 1) {
+    const double done = std::max(backward_end, whole_tensors_done(m, layers, o, backward_end, r));
+    r.exposed_seconds = done - backward_end;
+    r.step_seconds = done + o.optimizer_seconds;
+    r.efficiency = r.step_seconds > 0 ? r.compute_seconds / r.step_seconds : 1;
+    return r;
+  }
   double ready = o.forward_seconds;  // when the current tensor is produced
   double free_at = 0;                // when the previous bucket's allreduce ends
   std::size_t bucket_bytes = 0;

@@ -152,6 +152,28 @@ TEST_CASE("sim: a step of two tensors, fused or not, overlapped or not, on cycle
   CHECK(r.efficiency == doctest::Approx(1.0));
 }
 
+TEST_CASE("sim: parameter servers holding whole tensors, round robin, queued per link") {
+  // Served: 4 pushes and 4 pulls of 4 MB through the server's link, 32.08 ms a tensor. The last
+  // tensor of the model (first of backward, ready at 15 ms) is on server 1, the first on server 0.
+  const std::vector<layer> layers = {{mb4, 10e-3}, {mb4, 10e-3}};
+  step_options o;
+  o.algo = algorithm::parameter_server;
+  o.ps_whole_tensors = true;
+  o.ranks = 4;
+  o.ps_servers = 2;
+  o.forward_seconds = 5e-3;
+  o.optimizer_seconds = 1e-3;
+  step_result r = simulate_step(flat(), layers, o);  // 15 -> 47.08 on 1, 25 -> 57.08 on 0
+  CHECK(r.step_seconds == doctest::Approx(58.08e-3));
+  CHECK(r.buckets == 2);
+  o.ps_servers = 1;  // one server: one after the other, 15 -> 47.08 -> 79.16
+  r = simulate_step(flat(), layers, o);
+  CHECK(r.step_seconds == doctest::Approx(80.16e-3));
+  o.overlap = false;  // both from 25 ms
+  r = simulate_step(flat(), layers, o);
+  CHECK(r.step_seconds == doctest::Approx((25 + 2 * 32.08 + 1) * 1e-3));
+}
+
 TEST_CASE("sim: a profile's layers in backward order, backward split by size") {
   const std::vector<layer> l = layers_of({1, 3}, 4, 8e-3);
   REQUIRE(l.size() == 2);

@@ -92,6 +92,12 @@ struct machine_options {
   }
 };
 
+// The parameter server's servers for `ranks`: as asked, at most the ranks; 0: one per node.
+int servers(const sim::machine& m, int asked, int ranks) {
+  if (asked > 0) return std::min(asked, ranks);
+  return std::max(1, ranks / m.ranks_per_node);
+}
+
 std::vector<sim::algorithm> chosen(const std::vector<std::string>& names, const sim::machine& m,
                                    int ranks) {
   if (names.empty()) return sim::algorithms_for(m, ranks);
@@ -119,7 +125,7 @@ int allreduce_table(const sim::machine& m, const std::vector<int>& ranks,
       double best = std::numeric_limits<double>::infinity();
       const char* pick = "-";
       for (sim::algorithm a : algos) {
-        const double t = sim::allreduce_seconds(a, m, bytes, p, std::min(ps_servers, p));
+        const double t = sim::allreduce_seconds(a, m, bytes, p, servers(m, ps_servers, p));
         std::printf(" %12.1f (%7.2f)", t * 1e6, sim::bus_bandwidth(bytes, p, t) / 1e9);
         if (t < best) {
           best = t;
@@ -134,7 +140,7 @@ int allreduce_table(const sim::machine& m, const std::vector<int>& ranks,
 
 // What `step` was asked.
 struct step_request {
-  std::string profile, fusion = "64M", csv;
+  std::string profile, fusion = "64M", csv, ps_placement = "even";
   double forward_ms = -1, backward_ms = 0, cycle_ms = 0;
   bool no_overlap = false;
 };
@@ -150,6 +156,7 @@ int step_table(const sim::machine& m, const std::vector<int>& ranks, const step_
   o.fusion_threshold = distcomm::parse_bytes(q.fusion, "--fusion");
   o.cycle_seconds = q.cycle_ms * 1e-3;
   o.overlap = !q.no_overlap;
+  o.ps_whole_tensors = q.ps_placement == "tensors";
   std::ofstream csv;
   if (!q.csv.empty()) {
     csv.open(q.csv);
@@ -171,7 +178,7 @@ int step_table(const sim::machine& m, const std::vector<int>& ranks, const step_
     for (sim::algorithm a : algos) {
       o.algo = a;
       o.ranks = p;
-      o.ps_servers = std::min(ps_servers, p);
+      o.ps_servers = servers(m, ps_servers, p);
       const sim::step_result r = sim::simulate_step(m, layers, o);
       std::printf("  %s %.1f (%.0f%%)", sim::name_of(a), r.step_seconds * 1e3, r.efficiency * 100);
       if (csv.is_open()) {
@@ -300,6 +307,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   st->add_option("--cycle-ms", q.cycle_ms, "The engine's cycle time, ms")->capture_default_str();
   st->add_flag("--no-overlap", q.no_overlap, "Allreduce after backward, not during it");
+  st->add_option("--ps-placement", q.ps_placement,
+                 "even: every bucket sharded over the servers (DistComm's ps); tensors: each "
+                 "tensor whole on one server, round robin (TensorFlow's parameter servers)")
+      ->check(CLI::IsMember({"even", "tensors"}))
+      ->capture_default_str();
   st->add_option("--csv", q.csv, "Also write every figure to this CSV file (tools/sim/plot.sh)");
 
   CLI::App* cal = app.add_subcommand(
@@ -327,7 +339,8 @@ int main(int argc, char** argv) {
                     "Strategies (ring, tree, rd, ps, hierarchical; "
                     "default: all)")
         ->delimiter(',');
-    sub->add_option("--ps-servers", ps_servers, "Servers of the parameter server")
+    sub->add_option("--ps-servers", ps_servers,
+                    "Servers of the parameter server (at most the ranks; 0: one per node)")
         ->capture_default_str();
   }
   CLI11_PARSE(app, argc, argv);

@@ -41,7 +41,7 @@ awk -F, -v out="$out" -v title="$title" '
     data[key] = data[key] $2 " " ($5 * 100) "\n"
   }
   END {
-    print "set terminal pngcairo size 900,560 font \",10\""
+    print "set terminal pngcairo noenhanced size 900,560 font \",10\""
     print "set output \"" out "\""
     print "set title \"" title "\""
     print "set logscale x 2"

@@ -29,6 +29,11 @@ struct step_options {
   bool overlap = true;                       // allreduce during backward (the engine)
   double forward_seconds = 0;
   double optimizer_seconds = 0;
+  // ps only: each tensor whole on one server, round robin in the model's order (TensorFlow's
+  // replica_device_setter), pushed and pulled by every rank as soon as it is ready; each server's
+  // link serves its tensors one after another, every rank's link all of them. Fusion and cycles
+  // do not apply. False: DistComm's ps, every bucket sharded over all the servers.
+  bool ps_whole_tensors = false;
 };
 
 struct step_result {
