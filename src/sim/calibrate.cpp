@@ -10,17 +10,21 @@ namespace distcomm::sim {
 
 namespace {
 
-constexpr std::size_t unknowns = 4;                 // alpha, beta, gamma, oversubscribed alpha
+// alpha, beta, gamma, oversubscribed alpha, cached beta
+constexpr std::size_t unknowns = 5;
 using coefficients = std::array<double, unknowns>;  // seconds per unit of each
 
-// The model's time for `s` on one node of `node` ranks and `cores` cores, with one unknown 1.
-coefficients coefficients_of(const sample& s, int node, int cores) {
+// The model's time for `s` on one node of `node` ranks, `cores` cores and `cache` bytes of cache,
+// with one unknown 1.
+coefficients coefficients_of(const sample& s, int node, int cores, std::size_t cache) {
   coefficients c{};
   for (std::size_t i = 0; i < unknowns; ++i) {
     machine unit;
     unit.inter = unit.intra = link{i == 0 ? 1.0 : 0.0, i == 1 ? 1.0 : 0.0};
     unit.gamma = i == 2 ? 1.0 : 0.0;
     unit.oversubscribed_alpha = i == 3 ? 1.0 : 0.0;
+    unit.cached_beta = i == 4 ? 1.0 : 0.0;
+    unit.cache_bytes = cache;
     unit.ranks_per_node = node;
     unit.cores_per_node = cores;
     c[i] = allreduce_seconds(s.algo, unit, s.bytes, s.ranks, s.ps_servers);
@@ -53,7 +57,7 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
   // Each unknown scaled to a unit diagonal (they differ by orders of magnitude: seconds per
   // message against seconds per byte), then Gaussian elimination with partial pivoting; a pivot
   // that vanishes next to 1 means samples that do not tell the unknowns apart.
-  double scale[unknowns] = {1, 1, 1, 1};
+  double scale[unknowns] = {1, 1, 1, 1, 1};
   for (std::size_t r = 0; r < n; ++r) {
     if (a[r][r] <= 0) return false;
     scale[r] = 1 / std::sqrt(a[r][r]);
@@ -85,13 +89,17 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
 
 }  // namespace
 
-calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma, int cores) {
+calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma, int cores,
+                      std::size_t cache_bytes) {
   int node = 1;  // every sample's ranks on one node
-  bool oversubscribed = false;
+  bool oversubscribed = false, cached = false, uncached = false;
   for (const sample& s : samples) {
     node = std::max(node, s.ranks);
     if (cores > 0 && s.ranks > cores) oversubscribed = true;
+    (cache_bytes != 0 && s.bytes <= cache_bytes ? cached : uncached) = true;
   }
+  // Both sides of the cache size measured, or one beta for all.
+  if (!cached || !uncached) cache_bytes = 0;
   std::vector<coefficients> c;
   std::vector<double> t;
   for (const sample& s : samples) {
@@ -99,11 +107,11 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
       throw invalid_argument_error("calibrate: a sample of " + std::to_string(s.bytes) +
                                    " bytes took no time");
     }
-    c.push_back(coefficients_of(s, node, cores));
+    c.push_back(coefficients_of(s, node, cores, cache_bytes));
     t.push_back(s.seconds);
   }
-  std::array<bool, unknowns> free = {true, true, !gamma, oversubscribed};
-  coefficients fixed = {0, 0, gamma ? *gamma : 0, 0};
+  std::array<bool, unknowns> free = {true, true, !gamma, oversubscribed, cache_bytes != 0};
+  coefficients fixed = {0, 0, gamma ? *gamma : 0, 0, 0};
   const auto wanted = static_cast<std::size_t>(std::count(free.begin(), free.end(), true));
   if (samples.size() < wanted) {
     throw invalid_argument_error("calibrate: " + std::to_string(samples.size()) + " samples for " +
@@ -133,6 +141,8 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
   out.fitted.oversubscribed_alpha = x[3];
   out.fitted.ranks_per_node = node;
   out.fitted.cores_per_node = cores;
+  out.fitted.cached_beta = x[4];
+  out.fitted.cache_bytes = cache_bytes;
   std::vector<double> abs_errors;
   for (std::size_t k = 0; k < c.size(); ++k) {
     double predicted = 0;

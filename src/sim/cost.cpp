@@ -80,15 +80,17 @@ double hierarchical(const machine& m, double n, int p) {
   return 2.0 * inside + (local - 1) * piece * m.gamma + ring(m, shared, piece, nodes);
 }
 
-// The machine as `ranks` see it: a node with more of them than cores time-shares its cores.
-machine as_run(const machine& m, int ranks) {
-  const int on_node = std::min(ranks, m.ranks_per_node);
-  if (m.cores_per_node <= 0 || on_node <= m.cores_per_node) return m;
+// The machine as `ranks` reducing `bytes` see it: buffers that fit the caches, and a node with
+// more ranks than cores time-sharing them.
+machine as_run(const machine& m, int ranks, std::size_t bytes) {
   machine out = m;
+  if (m.cache_bytes != 0 && bytes <= m.cache_bytes) out.intra.beta = m.cached_beta;
+  const int on_node = std::min(ranks, m.ranks_per_node);
+  if (m.cores_per_node <= 0 || on_node <= m.cores_per_node) return out;
   const double share = static_cast<double>(on_node) / m.cores_per_node;
   out.intra.alpha += m.oversubscribed_alpha;
   out.inter.alpha += m.oversubscribed_alpha;
-  out.intra.beta *= share;
+  out.intra.beta *= share;  // the cached one too
   out.gamma *= share;
   return out;
 }
@@ -140,7 +142,7 @@ double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int r
   }
   if (ranks == 1 || bytes == 0) return 0;
   const auto n = static_cast<double>(bytes);
-  const machine run = as_run(m, ranks);
+  const machine run = as_run(m, ranks, bytes);
   switch (a) {
     case algorithm::ring:
       return ring(run, flat_link(run, ranks), n, ranks);

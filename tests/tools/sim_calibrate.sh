@@ -14,7 +14,7 @@ done
 status=$?
 cat "$work/out"
 [ $status -eq 0 ] || { echo "FAIL: distcomm-sim calibrate exited $status"; exit 1; }
-grep -Eq '^# 12 samples from 2 files; median error [0-9.]+%' "$work/out" ||
+grep -Eq '^# 12 samples \(medians of 12 measurements\) from 2 files; median error [0-9.]+%' "$work/out" ||
   { echo "FAIL: no summary line"; exit 1; }
 grep -Eq '^--alpha-us [0-9.e+-]+ --link-gbps [0-9.e+-]+ --reduce-gbs [0-9.e+-]+' "$work/out" ||
   { echo "FAIL: no machine line"; exit 1; }

@@ -102,6 +102,17 @@ TEST_CASE("sim: more ranks than cores: a scheduler wait per message, a share of 
   CHECK(t(algorithm::ring, m, mb4, 2) == doctest::Approx(t(algorithm::ring, plain, mb4, 2)));
 }
 
+TEST_CASE("sim: an allreduce that fits the caches moves at the cached beta inside the node") {
+  machine m = flat();
+  m.ranks_per_node = 4;
+  m.cache_bytes = mb4;
+  m.cached_beta = 1e-10;
+  CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6 * (1e-5 + 1e6 * 1e-10)));
+  CHECK(t(algorithm::ring, m, mb4 + 4, 4) == doctest::Approx(6 * (1e-5 + 1000001 * 1e-9)));
+  m.ranks_per_node = 2;  // across nodes: the network's beta either way
+  CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6 * (1e-5 + 1e6 * 1e-9)));
+}
+
 TEST_CASE("sim: edges, names and bus bandwidth") {
   CHECK(t(algorithm::ring, flat(), mb4, 1) == 0.0);
   CHECK(t(algorithm::ring, flat(), 0, 4) == 0.0);
@@ -248,6 +259,25 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
   CHECK(o.fitted.ranks_per_node == 4);
   CHECK(o.fitted.cores_per_node == 2);
   CHECK(o.max_error < 1e-6);
+
+  // A cache of 1 MiB: the smaller sizes' beta is fitted on its own.
+  machine cached = truth;
+  cached.ranks_per_node = 8;
+  cached.cache_bytes = std::size_t{1} << 20;
+  cached.cached_beta = 1 / 20e9;
+  std::vector<sample> sizes;
+  for (algorithm a : {algorithm::ring, algorithm::recursive_doubling}) {
+    for (std::size_t n : {std::size_t{8}, std::size_t{1} << 16, std::size_t{1} << 20,
+                          std::size_t{16} << 20, std::size_t{64} << 20}) {
+      sizes.push_back({a, 8, n, allreduce_seconds(a, cached, n, 8)});
+    }
+  }
+  const calibration k = calibrate(sizes, {}, 0, std::size_t{1} << 20);
+  CHECK(k.fitted.cached_beta == doctest::Approx(1 / 20e9).epsilon(1e-6));
+  CHECK(k.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
+  CHECK(k.max_error < 1e-6);
+  // All samples on one side of the cache size: one beta.
+  CHECK(calibrate(s, {}, 0, std::size_t{1} << 30).fitted.cache_bytes == 0);
 
   // Times that do not grow with size: beta and gamma come out 0, not negative.
   std::vector<sample> flat_times;

@@ -11,9 +11,11 @@
 #include <exception>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +36,8 @@ struct machine_options {
   std::string preset;
   double alpha_us = -1, link_gbps = -1, intra_alpha_us = -1, intra_gbs = -1, reduce_gbs = -1;
   int ranks_per_node = -1, cores_per_node = -1;
+  std::string cache_bytes;
+  double cached_gbs = -1;
   double ps_oversubscription = -1, oversubscribed_alpha_us = -1;
   std::string segment;
 
@@ -49,6 +53,9 @@ struct machine_options {
     app.add_option("--ranks-per-node", ranks_per_node, "Ranks on each node");
     app.add_option("--cores-per-node", cores_per_node,
                    "Cores on each node, when ranks may outnumber them (0: never)");
+    app.add_option("--cache-bytes", cache_bytes,
+                   "Allreduces up to this size (K/M) move inside a node at --cached-gbs");
+    app.add_option("--cached-gbs", cached_gbs, "Bandwidth inside a node from the caches, GB/s");
     app.add_option("--oversubscribed-alpha-us", oversubscribed_alpha_us,
                    "What a message costs more when a node's ranks outnumber its cores, us");
     app.add_option("--ps-oversubscription", ps_oversubscription,
@@ -78,6 +85,8 @@ struct machine_options {
     if (ranks_per_node > 0) m.ranks_per_node = ranks_per_node;
     if (cores_per_node >= 0) m.cores_per_node = cores_per_node;
     if (oversubscribed_alpha_us >= 0) m.oversubscribed_alpha = oversubscribed_alpha_us * 1e-6;
+    if (!cache_bytes.empty()) m.cache_bytes = distcomm::parse_bytes(cache_bytes, "--cache-bytes");
+    if (cached_gbs > 0) m.cached_beta = 1.0 / (cached_gbs * 1e9);
     if (ps_oversubscription > 0) m.ps_oversubscription = ps_oversubscription;
     if (!segment.empty()) m.segment_bytes = distcomm::parse_bytes(segment, "--segment");
     if (!have && link_gbps <= 0) {
@@ -245,24 +254,43 @@ std::vector<sim::sample> samples_of(const std::string& path, int ps_servers) {
 }
 
 int calibrate_files(const std::vector<std::string>& files, double gamma_gbs, int cores,
-                    int ps_servers, bool each) {
-  std::vector<sim::sample> samples;
+                    std::size_t cache, int ps_servers, bool each) {
+  // Runs of the same strategy, ranks and size (several rounds): their median.
+  std::map<std::tuple<int, int, std::size_t>, std::vector<sim::sample>> runs;
+  std::size_t measured = 0;
   for (const std::string& f : files) {
-    const std::vector<sim::sample> more = samples_of(f, ps_servers);
-    samples.insert(samples.end(), more.begin(), more.end());
+    for (const sim::sample& s : samples_of(f, ps_servers)) {
+      runs[{static_cast<int>(s.algo), s.ranks, s.bytes}].push_back(s);
+      ++measured;
+    }
+  }
+  std::vector<sim::sample> samples;
+  for (auto& kv : runs) {
+    std::vector<sim::sample>& v = kv.second;
+    std::sort(v.begin(), v.end(),
+              [](const sim::sample& a, const sim::sample& b) { return a.seconds < b.seconds; });
+    sim::sample median = v[v.size() / 2];
+    if (v.size() % 2 == 0) median.seconds = (v[v.size() / 2 - 1].seconds + median.seconds) / 2;
+    samples.push_back(median);
   }
   std::optional<double> gamma;
   if (gamma_gbs > 0) gamma = 1.0 / (gamma_gbs * 1e9);
-  const sim::calibration c = sim::calibrate(samples, gamma, cores);
+  const sim::calibration c = sim::calibrate(samples, gamma, cores, cache);
   const sim::link& l = c.fitted.inter;
-  std::printf("# %zu samples from %zu files; median error %.1f%%, largest %.1f%%\n", samples.size(),
-              files.size(), c.median_error * 100, c.max_error * 100);
+  std::printf(
+      "# %zu samples (medians of %zu measurements) from %zu files; median error %.1f%%, "
+      "largest %.1f%%\n",
+      samples.size(), measured, files.size(), c.median_error * 100, c.max_error * 100);
   std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node %d",
               l.alpha * 1e6, l.beta > 0 ? 8.0 / l.beta / 1e9 : 0.0,
               c.fitted.gamma > 0 ? 1.0 / c.fitted.gamma / 1e9 : 0.0, c.fitted.ranks_per_node);
   if (c.fitted.cores_per_node > 0) {
     std::printf(" --cores-per-node %d --oversubscribed-alpha-us %.3g", c.fitted.cores_per_node,
                 c.fitted.oversubscribed_alpha * 1e6);
+  }
+  if (c.fitted.cache_bytes != 0) {
+    std::printf(" --cache-bytes %zu --cached-gbs %.4g", c.fitted.cache_bytes,
+                c.fitted.cached_beta > 0 ? 1.0 / c.fitted.cached_beta / 1e9 : 0.0);
   }
   std::printf("\n");
   if (each) {
@@ -321,6 +349,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   double gamma_gbs = 0;
   int cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::string cache = "0";
   bool each = false;
   cal->add_option("files", files, "distcomm-bench-* --json files")->required();
   cal->add_option("--reduce-gbs", gamma_gbs,
@@ -330,6 +359,10 @@ int main(int argc, char** argv) {
   cal->add_option("--cores", cores,
                   "Cores of the machine the samples ran on (default: this one's); runs of more "
                   "ranks fit the oversubscribed alpha too")
+      ->capture_default_str();
+  cal->add_option("--cache", cache,
+                  "Allreduces up to this size (K/M) get a beta of their own, their buffers in the "
+                  "caches (0: one beta for all)")
       ->capture_default_str();
   cal->add_option("--ps-servers", ps_servers, "Servers of the parameter-server runs")
       ->capture_default_str();
@@ -345,7 +378,10 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*cal) return calibrate_files(files, gamma_gbs, cores, ps_servers, each);
+    if (*cal) {
+      return calibrate_files(files, gamma_gbs, cores, distcomm::parse_bytes(cache, "--cache"),
+                             ps_servers, each);
+    }
     const sim::machine m = mo.make();
     if (*ar) return allreduce_table(m, ranks, sizes, names, ps_servers);
     return step_table(m, ranks, q, names, ps_servers);

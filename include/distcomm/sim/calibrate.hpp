@@ -1,9 +1,9 @@
 // Calibration of the cost model (distcomm-sim calibrate): the alpha, beta and gamma of one kind of
 // link (the ranks of the samples on one node) that best explain measured allreduce times, by
 // least squares on the relative error; with samples of more ranks than the node's cores, also
-// the oversubscribed alpha. Every closed form of cost.hpp is linear in these on one kind of link,
-// so the fit is a linear one: each sample's coefficients are the model's time at one unknown 1
-// and the others 0.
+// the oversubscribed alpha, and with a cache size, the beta of the allreduces that fit in it. Every
+// closed form of cost.hpp is linear in these on one kind of link, so the fit is a linear one: each
+// sample's coefficients are the model's time at one unknown 1 and the others 0.
 #pragma once
 
 #include <cstddef>
@@ -33,9 +33,10 @@ struct calibration {
 // invalid_argument_error with fewer samples than unknowns, or samples that cannot separate
 // them (e.g. one size only). `gamma`, when given, is kept (e.g. from distcomm-bench-kernels) and
 // only alpha and beta are fitted. `cores`: the cores of the node the samples ran on (0: as many
-// as ranks); samples of more ranks add oversubscribed_alpha to the unknowns. Coefficients that
-// come out negative are set to 0 and the rest refitted.
+// as ranks); samples of more ranks add oversubscribed_alpha to the unknowns. `cache_bytes`
+// (0: none): with samples on both sides of it, cached_beta is fitted for the smaller ones.
+// Coefficients that come out negative are set to 0 and the rest refitted.
 calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma = {},
-                      int cores = 0);
+                      int cores = 0, std::size_t cache_bytes = 0);
 
 }  // namespace distcomm::sim

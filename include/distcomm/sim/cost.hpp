@@ -19,7 +19,8 @@
 //   hierarchical  reduce-scatter in the node (ring, intra), allreduce of n/L across the nodes
 //          (ring, inter, the node's L rings sharing its NIC), allgather in the node.
 // More ranks on a node than cores (machine::cores_per_node) add oversubscribed_alpha to every
-// message and multiply the node's beta and gamma by ranks / cores. native is modelled as ring.
+// message and multiply the node's beta and gamma by ranks / cores; an allreduce of at most
+// cache_bytes moves inside the node at cached_beta. native is modelled as ring.
 // Non-power-of-two rank counts for rd: the next power of two's rounds (the extra ranks fold in and
 // out, counted as one more round each way).
 #pragma once
@@ -48,6 +49,10 @@ struct machine {
   // on ranks / cores of a core each (beta inside the node and gamma times that).
   int cores_per_node = 0;
   double oversubscribed_alpha = 0;
+  // Allreduces of at most cache_bytes (0: no such size) move inside a node at cached_beta: their
+  // buffers stay in the caches, where larger ones go to memory at intra.beta.
+  std::size_t cache_bytes = 0;
+  double cached_beta = 0;
 };
 
 enum class algorithm { ring, tree, recursive_doubling, parameter_server, hierarchical };
