@@ -1,23 +1,29 @@
 #!/bin/sh
-# distcomm-sim calibrate on sweeps just measured: distcomm-bench-local (2 threads), ring and rd,
-# 8 B to 1 MiB, --json; passes when the fit prints its machine line and every sample's row.
+# distcomm-sim calibrate on sweeps just measured: distcomm-bench-local (2 threads), ring, rd and
+# tree, 8 B to 1 MiB, --json; ring and rd fitted, tree held out (--check); passes when the fit
+# prints its summary, its machine line and every sample's row, and the held-out summary.
 # usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM
 set -u
 [ $# -eq 2 ] || { echo "usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM" >&2; exit 2; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-sim.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
-for s in ring rd; do
+for s in ring rd tree; do
   "$1" -np 2 -b 8 -e 1M -f 8 -n 5 -w 1 --strategy $s --json "$work/$s.json" >/dev/null ||
     { echo "FAIL: distcomm-bench-local --strategy $s"; exit 1; }
 done
-"$2" calibrate --each "$work/ring.json" "$work/rd.json" >"$work/out" 2>&1
+"$2" calibrate --each "$work/ring.json" "$work/rd.json" --check "$work/tree.json" \
+  >"$work/out" 2>&1
 status=$?
 cat "$work/out"
 [ $status -eq 0 ] || { echo "FAIL: distcomm-sim calibrate exited $status"; exit 1; }
-grep -Eq '^# 12 samples \(medians of 12 measurements\) from 2 files; median error [0-9.]+%' "$work/out" ||
-  { echo "FAIL: no summary line"; exit 1; }
+grep -Eq '^# fitted: 12 samples \(medians of 12 measurements\) from 2 files; median error' \
+  "$work/out" || { echo "FAIL: no summary line"; exit 1; }
 grep -Eq '^--alpha-us [0-9.e+-]+ --link-gbps [0-9.e+-]+ --reduce-gbs [0-9.e+-]+' "$work/out" ||
   { echo "FAIL: no machine line"; exit 1; }
 [ "$(grep -Ec '^(ring|rd) +2 +[0-9]+ ' "$work/out")" -eq 12 ] ||
   { echo "FAIL: not one row per sample"; exit 1; }
+grep -Eq '^# held out: 6 samples \(medians of 6 measurements\) from 1 file; median error' \
+  "$work/out" || { echo "FAIL: no held-out summary"; exit 1; }
+[ "$(grep -Ec '^tree +2 +[0-9]+ ' "$work/out")" -eq 6 ] ||
+  { echo "FAIL: not one row per held-out sample"; exit 1; }
 echo PASS

@@ -253,34 +253,72 @@ std::vector<sim::sample> samples_of(const std::string& path, int ps_servers) {
   return out;
 }
 
-int calibrate_files(const std::vector<std::string>& files, double gamma_gbs, int cores,
-                    std::size_t cache, int ps_servers, bool each) {
-  // Runs of the same strategy, ranks and size (several rounds): their median.
+// Every sample of `files`, runs of the same strategy, ranks and size (several rounds) as their
+// median; `measured` counts the runs.
+std::vector<sim::sample> medians_of(const std::vector<std::string>& files, int ps_servers,
+                                    std::size_t* measured) {
   std::map<std::tuple<int, int, std::size_t>, std::vector<sim::sample>> runs;
-  std::size_t measured = 0;
   for (const std::string& f : files) {
     for (const sim::sample& s : samples_of(f, ps_servers)) {
       runs[{static_cast<int>(s.algo), s.ranks, s.bytes}].push_back(s);
-      ++measured;
+      ++*measured;
     }
   }
-  std::vector<sim::sample> samples;
+  std::vector<sim::sample> out;
   for (auto& kv : runs) {
     std::vector<sim::sample>& v = kv.second;
     std::sort(v.begin(), v.end(),
               [](const sim::sample& a, const sim::sample& b) { return a.seconds < b.seconds; });
     sim::sample median = v[v.size() / 2];
     if (v.size() % 2 == 0) median.seconds = (v[v.size() / 2 - 1].seconds + median.seconds) / 2;
-    samples.push_back(median);
+    out.push_back(median);
   }
-  std::optional<double> gamma;
-  if (gamma_gbs > 0) gamma = 1.0 / (gamma_gbs * 1e9);
-  const sim::calibration c = sim::calibrate(samples, gamma, cores, cache);
-  const sim::link& l = c.fitted.inter;
+  return out;
+}
+
+// "# what: N samples (medians of M measurements) from F files; median error x%, largest y%",
+// then with `each` a row per sample.
+void report_errors(const char* what, const std::vector<sim::sample>& samples,
+                   const std::vector<double>& errors, std::size_t measured, std::size_t files,
+                   bool each) {
+  std::vector<double> sorted;
+  for (double e : errors) sorted.push_back(std::fabs(e));
+  std::sort(sorted.begin(), sorted.end());
   std::printf(
-      "# %zu samples (medians of %zu measurements) from %zu files; median error %.1f%%, "
+      "# %s: %zu samples (medians of %zu measurements) from %zu file%s; median error %.1f%%, "
       "largest %.1f%%\n",
-      samples.size(), measured, files.size(), c.median_error * 100, c.max_error * 100);
+      what, samples.size(), measured, files, files == 1 ? "" : "s",
+      sorted.empty() ? 0.0 : sorted[sorted.size() / 2] * 100,
+      sorted.empty() ? 0.0 : sorted.back() * 100);
+  if (!each) return;
+  std::printf("%-14s %6s %12s %14s %14s %8s\n", "strategy", "ranks", "bytes", "measured_us",
+              "predicted_us", "error");
+  for (std::size_t k = 0; k < samples.size(); ++k) {
+    const sim::sample& s = samples[k];
+    std::printf("%-14s %6d %12zu %14.2f %14.2f %7.1f%%\n", sim::name_of(s.algo), s.ranks, s.bytes,
+                s.seconds * 1e6, s.seconds * (1 + errors[k]) * 1e6, errors[k] * 100);
+  }
+}
+
+// What `calibrate` was asked.
+struct calibrate_request {
+  std::vector<std::string> files, check;
+  double gamma_gbs = 0;
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::string cache = "0";
+  int ps_servers = 1;
+  bool each = false;
+};
+
+int calibrate_files(const calibrate_request& q) {
+  std::size_t measured = 0;
+  const std::vector<sim::sample> samples = medians_of(q.files, q.ps_servers, &measured);
+  std::optional<double> gamma;
+  if (q.gamma_gbs > 0) gamma = 1.0 / (q.gamma_gbs * 1e9);
+  const sim::calibration c =
+      sim::calibrate(samples, gamma, q.cores, distcomm::parse_bytes(q.cache, "--cache"));
+  report_errors("fitted", samples, c.errors, measured, q.files.size(), q.each);
+  const sim::link& l = c.fitted.inter;
   std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node %d",
               l.alpha * 1e6, l.beta > 0 ? 8.0 / l.beta / 1e9 : 0.0,
               c.fitted.gamma > 0 ? 1.0 / c.fitted.gamma / 1e9 : 0.0, c.fitted.ranks_per_node);
@@ -293,14 +331,18 @@ int calibrate_files(const std::vector<std::string>& files, double gamma_gbs, int
                 c.fitted.cached_beta > 0 ? 1.0 / c.fitted.cached_beta / 1e9 : 0.0);
   }
   std::printf("\n");
-  if (each) {
-    std::printf("%-14s %6s %12s %14s %14s %8s\n", "strategy", "ranks", "bytes", "measured_us",
-                "predicted_us", "error");
-    for (std::size_t k = 0; k < samples.size(); ++k) {
-      const sim::sample& s = samples[k];
-      std::printf("%-14s %6d %12zu %14.2f %14.2f %7.1f%%\n", sim::name_of(s.algo), s.ranks, s.bytes,
-                  s.seconds * 1e6, s.seconds * (1 + c.errors[k]) * 1e6, c.errors[k] * 100);
+  if (!q.check.empty()) {
+    // Held out: measured, not fitted; the fitted machine predicts them.
+    std::size_t held = 0;
+    const std::vector<sim::sample> other = medians_of(q.check, q.ps_servers, &held);
+    sim::machine m = c.fitted;
+    std::vector<double> errors;
+    for (const sim::sample& s : other) {
+      m.ranks_per_node = std::max(m.ranks_per_node, s.ranks);  // still one node
+      errors.push_back(
+          sim::allreduce_seconds(s.algo, m, s.bytes, s.ranks, s.ps_servers) / s.seconds - 1);
     }
+    report_errors("held out", other, errors, held, q.check.size(), q.each);
   }
   return 0;
 }
@@ -346,25 +388,24 @@ int main(int argc, char** argv) {
       "calibrate",
       "Fit the machine's alpha, beta and gamma to distcomm-bench-<backend> --json "
       "allreduce sweeps run here");
-  std::vector<std::string> files;
-  double gamma_gbs = 0;
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  std::string cache = "0";
-  bool each = false;
-  cal->add_option("files", files, "distcomm-bench-* --json files")->required();
-  cal->add_option("--reduce-gbs", gamma_gbs,
+  calibrate_request cq;
+  cal->add_option("files", cq.files, "distcomm-bench-* --json files")->required();
+  cal->add_option("--check", cq.check,
+                  "Files held out of the fit: the fitted machine predicts them (e.g. another "
+                  "strategy)");
+  cal->add_option("--reduce-gbs", cq.gamma_gbs,
                   "Keep the combining rate at this (GB/s, e.g. distcomm-bench-kernels'); fit "
                   "only alpha and beta");
-  cal->add_flag("--each", each, "Every sample, measured against the fitted model");
-  cal->add_option("--cores", cores,
+  cal->add_flag("--each", cq.each, "Every sample, measured against the fitted model");
+  cal->add_option("--cores", cq.cores,
                   "Cores of the machine the samples ran on (default: this one's); runs of more "
                   "ranks fit the oversubscribed alpha too")
       ->capture_default_str();
-  cal->add_option("--cache", cache,
+  cal->add_option("--cache", cq.cache,
                   "Allreduces up to this size (K/M) get a beta of their own, their buffers in the "
                   "caches (0: one beta for all)")
       ->capture_default_str();
-  cal->add_option("--ps-servers", ps_servers, "Servers of the parameter-server runs")
+  cal->add_option("--ps-servers", cq.ps_servers, "Servers of the parameter-server runs")
       ->capture_default_str();
 
   for (CLI::App* sub : {ar, st}) {
@@ -378,10 +419,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*cal) {
-      return calibrate_files(files, gamma_gbs, cores, distcomm::parse_bytes(cache, "--cache"),
-                             ps_servers, each);
-    }
+    if (*cal) return calibrate_files(cq);
     const sim::machine m = mo.make();
     if (*ar) return allreduce_table(m, ranks, sizes, names, ps_servers);
     return step_table(m, ranks, q, names, ps_servers);
