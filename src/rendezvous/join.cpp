@@ -30,8 +30,11 @@ void answered_up_to(std::int64_t t) {
   }
 }
 
+// Not owned: the job's store lives as long as its owner keeps it (shared_bootstrap(): the life of
+// the process), and a store a program dropped is not kept past its time.
 std::mutex launched_mu;
-job launched_job;
+world_info launched_world;
+std::weak_ptr<store> launched_kv;
 
 }  // namespace
 
@@ -120,12 +123,13 @@ world_info grown_world(const world_info& launched, int rank, int size) {
 
 void remember(const job& j) {
   const std::lock_guard<std::mutex> lock(launched_mu);
-  launched_job = j;
+  launched_world = j.world;
+  launched_kv = j.kv;
 }
 
 job launched() {
   const std::lock_guard<std::mutex> lock(launched_mu);
-  return launched_job;
+  return job{launched_world, launched_kv.lock()};
 }
 
 }  // namespace distcomm::join

@@ -303,7 +303,9 @@ TEST_CASE("engine: shrink after a lost rank: the survivors go on over their own 
     const int r = b.rank();
     local_backend mine = b;  // rank 2 aborts through it: the local backend's way of losing a rank
     config c;
-    c.timeout = 1s;  // also the survivors' window (shrink() waits as long for the lost rank)
+    // Also the survivors' window: shrink() waits that long for the lost rank, and a survivor
+    // slower than it (stopping its engine under a sanitizer) would be left out.
+    c.timeout = 4s;
     any_communicator comm(communicator<local_backend, strategy::ring>(std::move(b), c));
     engine eng(comm);
     std::vector<float> v(64, static_cast<float>(r + 1));

@@ -65,7 +65,8 @@ std::shared_ptr<store> group_store(std::shared_ptr<store> root, std::int64_t gro
 world_info grown_world(const world_info& launched, int rank, int size);
 
 // The job this process bootstrapped (bootstrap() remembers the last): the launcher's world and
-// the whole job's store; a null store before any bootstrap and for a job of one process.
+// the whole job's store; a null store before any bootstrap, for a job of one process, and once
+// the store is gone (remember() keeps no reference: shared_bootstrap() keeps the job's).
 void remember(const job& launched);
 job launched();
 
