@@ -11,8 +11,8 @@
 // A replacement for a lost rank waits in distcomm::init() until the running ranks admit it: rank
 // 0 counts the waiting ones every step and the count travels with the gradients (one more f32
 // averaged in their allreduce: above 0 when rank 0 saw any), so every rank sees it after the same
-// step; at the next step boundary they grow()
-// and share rank 0's state with the new member, which receives it as any rank does at the start.
+// step; at the next step boundary they grow() and share rank 0's state with the new member, which
+// receives it as any rank does at the start.
 #pragma once
 
 #include <algorithm>

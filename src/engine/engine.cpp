@@ -567,7 +567,6 @@ struct engine::impl {
     }
   }
 
-  // No more cycles: everything pending (and everything submitted later) fails with `why`.
   // Stops the thread (telling the other ranks this one leaves) and fails what is pending.
   void stop(const char* why) {
     {
@@ -579,6 +578,7 @@ struct engine::impl {
     close(std::make_exception_ptr(error(why)));
   }
 
+  // No more cycles: everything pending (and everything submitted later) fails with `why`.
   void close(std::exception_ptr why) {
     std::vector<entry> left;
     std::vector<std::shared_ptr<detail::work_state>> joins;

@@ -16,7 +16,7 @@ struct timeline::file {
   bool first = true;
   // Written out with the first event and then whenever 100 ms have passed since the last time,
   // so that a rank that dies (SIGKILL) leaves its timeline for distcomm-trace, short of less than
-  // 100 ms of events before its last; one write per 100 ms costs nothing measurable. The flight
+  // 100 ms of events before its last, at the cost of at most one write per 100 ms. The flight
   // recorder's dumps write out everything (a hung rank read with SIGUSR1).
   static constexpr std::chrono::milliseconds flush_every{100};
   std::chrono::steady_clock::time_point flushed{};

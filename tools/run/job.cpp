@@ -367,19 +367,19 @@ class supervisor {
     // Once the job is stopping, exits are its consequence, not new failures.
     if (stopping_ || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) return;
     std::string what = ranks_text({rank});
+    int code = 0;
     if (WIFSIGNALED(status)) {
-      exit_code_ = exit_signal_base + WTERMSIG(status);
+      code = exit_signal_base + WTERMSIG(status);
       what += " was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
               signal_name(WTERMSIG(status)) + ")";
     } else {
-      exit_code_ = WEXITSTATUS(status);
-      what += " exited with code " + std::to_string(exit_code_);
+      code = WEXITSTATUS(status);
+      what += " exited with code " + std::to_string(code);
     }
+    if (exit_code_ == 0) exit_code_ = code;  // the first failure's (--elastic: later ones go on)
     const std::size_t others = running_count();
     if (o_.elastic) {
-      // The survivors go on; the job's exit code stays the first failure's.
-      if (failures_++ != 0) exit_code_ = first_failure_code_;
-      first_failure_code_ = exit_code_;
+      // The survivors go on.
       if (others > 0) what += "; the other " + plural(others, "rank") + " go on (--elastic)";
       say(what);
       return;
@@ -601,8 +601,6 @@ class supervisor {
   steady::time_point start_;
 
   int exit_code_ = 0;  // decided by the first event: a failure, a signal, the timeout
-  int failures_ = 0;            // --elastic: ranks that failed so far
-  int first_failure_code_ = 0;  // --elastic: the exit code of the first
   bool stopping_ = false;
   int stop_signal_ = SIGTERM;
   steady::time_point kill_at_;

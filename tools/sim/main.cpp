@@ -94,9 +94,7 @@ struct machine_options {
           "describe the machine: --machine 25gbe-4gpu, or at least --link-gbps (and --alpha-us, "
           "--intra-gbs, --reduce-gbs, --ranks-per-node)");
     }
-    if (m.ranks_per_node == 1 || intra_gbs <= 0) {
-      if (!have) m.intra = m.inter;  // one kind of link
-    }
+    if (!have && intra_gbs <= 0) m.intra = m.inter;  // one kind of link
     return m;
   }
 };
