@@ -1015,19 +1015,21 @@ TEST_CASE("bootstrap: a missing rank or an unresolvable master fails within one 
 }
 
 TEST_CASE("bootstrap: waiting for the store and then for a rank share one deadline") {
-  // Rank 1 starts 4 s before the store exists; waiting for it and then for the missing rank 2
+  // Rank 1 starts 3 s before the store exists; waiting for it and then for the missing rank 2
   // together take one DISTCOMM_TIMEOUT from rank 1's start, not one each. Its "waiting for rank
   // 2" line comes at 5 s (the stall warning), 3 s before that deadline: with 1 s, a loaded
-  // machine (the sanitizer pass beside other tests) could reach the deadline first.
+  // machine (the sanitizer pass beside other tests) could reach the deadline first. The store
+  // comes 2 s before that line: with 1 s, a slow connect under the sanitizer could still be
+  // connecting at 5 s (a sanitizer run under load once logged nothing at all: most likely so).
   constexpr double timeout = 8.0;
   stderr_capture log;
   const int port = free_port();
   const auto t0 = std::chrono::steady_clock::now();
   rank_run r0, r1;
   std::thread early = start_rank(r1, rank_env(1, 3, port), with_timeout(timeout), t0);
-  std::this_thread::sleep_for(4s);
+  std::this_thread::sleep_for(3s);
   // The store's host outlasts rank 1's deadline (at 9 s), so rank 1 fails on its own timeout.
-  std::thread host = start_rank(r0, rank_env(0, 3, port), with_timeout(5.0), t0);
+  std::thread host = start_rank(r0, rank_env(0, 3, port), with_timeout(6.0), t0);
   early.join();
   host.join();
   CHECK_HAS(r1.error, "rank 1 of 3: rank 2 (of 3) never reached the store");
