@@ -13,10 +13,14 @@
 // --compute-ms auto (the default) sets the compute to the measured comm time: the case where
 // overlap matters most. Prints medians over --steps of each, and the two ratios the targets are
 // stated in: engine / max(compute, comm) and sync / engine.
+// --autotune adds a third engine, over its own communicator, with DISTCOMM_AUTOTUNE=1: its search
+// runs first (at most --autotune-steps steps), then its steps are timed between the others, and
+// its choice is printed by every rank ("rank R autotune: ...") with tuned/engine.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +48,8 @@ struct options {
   std::string split = "params";
   double scale = 1.0;
   int steps = 10;
+  bool autotune = false;
+  int autotune_steps = 400;
 };
 
 double median(std::vector<double> v) {
@@ -99,6 +105,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "Steps of each kind (median reported)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  app.add_flag("--autotune", o.autotune,
+               "Also time an engine tuned by DISTCOMM_AUTOTUNE (searched first, then interleaved)");
+  app.add_option("--autotune-steps", o.autotune_steps, "Most steps the search may take")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     std::vector<std::size_t> counts = dc::bench::read_profile(o.profile);
@@ -111,6 +122,14 @@ int main(int argc, char** argv) {
     dc::any_communicator sync_comm = dc::init({o.backend, o.strategy, cfg});
     dc::any_communicator engine_comm = dc::init({o.backend, o.strategy, cfg});
     dc::engine eng(engine_comm);
+    dc::config tuned_cfg = cfg;
+    tuned_cfg.autotune = true;
+    std::optional<dc::any_communicator> tuned_comm;
+    std::optional<dc::engine> tuned;
+    if (o.autotune) {
+      tuned_comm.emplace(dc::init({o.backend, o.strategy, tuned_cfg}));
+      tuned.emplace(*tuned_comm, tuned_cfg);
+    }
     const bool cpu = o.model == "cpu";
     const bool leader = sync_comm.rank() == 0;
 
@@ -146,14 +165,39 @@ int main(int argc, char** argv) {
           o.split.c_str(), o.steps);
     }
 
-    // One warm-up step of the engine: its cache learns the names.
+    // One engine step: each layer's gradient handed over as soon as it is computed.
     std::vector<dc::work> works;
-    for (std::size_t i = counts.size(); i-- > 0;) {
-      works.push_back(eng.allreduce_async("t" + std::to_string(i), views[i], dc::reduce_op::avg));
+    const auto engine_step = [&](dc::engine& e) {
+      sync_comm.barrier();
+      const auto t0 = steady::now();
+      works.clear();
+      for (std::size_t i = counts.size(); i-- > 0;) {
+        compute(layer[i], cpu);
+        works.push_back(e.allreduce_async("t" + std::to_string(i), views[i], dc::reduce_op::avg));
+      }
+      for (auto& w : works) w.wait();
+      return slowest(sync_comm, ms(steady::now() - t0).count());
+    };
+    engine_step(eng);  // warm-up: the engine's cache learns the names
+    int search_steps = 0;
+    if (tuned) {
+      // The search, as a trainer's first steps; the ranks stop at the same step.
+      for (double done = 0; done == 0 && search_steps < o.autotune_steps; ++search_steps) {
+        engine_step(*tuned);
+        done = tuned->autotune().done ? 1 : 0;
+        sync_comm.allreduce(dc::view(&done, 1), dc::reduce_op::min);
+      }
+      const auto st = tuned->autotune();
+      std::printf(
+          "# rank %d autotune: %s%s after %d steps, %d candidates: %.2f ms per step, "
+          "%.2f ms at the start\n",
+          sync_comm.rank(), st.done ? "" : "(search unfinished) ", st.current.describe().c_str(),
+          search_steps, st.current.trials, st.current.step_seconds * 1e3,
+          st.current.start_seconds * 1e3);
+      std::fflush(stdout);
     }
-    for (auto& w : works) w.wait();
 
-    std::vector<double> sync_ms, engine_ms, compute_only_ms;
+    std::vector<double> sync_ms, engine_ms, compute_only_ms, tuned_ms;
     for (int step = 0; step < o.steps; ++step) {
       comm_ms.push_back(comm_alone());
       // sync: backward, then one grouped allreduce.
@@ -164,16 +208,8 @@ int main(int argc, char** argv) {
       sync_comm.allreduce(dc::span<const dc::tensor_view>(views), dc::reduce_op::avg);
       sync_ms.push_back(slowest(sync_comm, ms(steady::now() - t0).count()));
       compute_only_ms.push_back(slowest(sync_comm, c));
-      // engine: each layer's gradient handed over as soon as it is computed.
-      sync_comm.barrier();
-      t0 = steady::now();
-      works.clear();
-      for (std::size_t i = counts.size(); i-- > 0;) {
-        compute(layer[i], cpu);
-        works.push_back(eng.allreduce_async("t" + std::to_string(i), views[i], dc::reduce_op::avg));
-      }
-      for (auto& w : works) w.wait();
-      engine_ms.push_back(slowest(sync_comm, ms(steady::now() - t0).count()));
+      engine_ms.push_back(engine_step(eng));
+      if (tuned) tuned_ms.push_back(engine_step(*tuned));
     }
     if (leader) {
       const double cm = median(comm_ms), cp = median(compute_only_ms);
@@ -182,6 +218,10 @@ int main(int argc, char** argv) {
                   "engine_ms", "engine/max(c,comm)", "sync/engine");
       std::printf("%12.2f %12.2f %12.2f %12.2f %18.3f %14.3f\n", cp, cm, s, e, e / std::max(cp, cm),
                   s / e);
+      if (tuned) {
+        const double t = median(tuned_ms);
+        std::printf("%12s %12s\n%12.2f %12.3f\n", "tuned_ms", "tuned/engine", t, t / e);
+      }
       const auto st = eng.stats();
       std::printf("# engine: %llu cycles, %llu full exchanges, %llu collectives for %llu tensors\n",
                   static_cast<unsigned long long>(st.cycles),

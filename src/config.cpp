@@ -72,6 +72,14 @@ const std::vector<setting_info> setting_rows = {
      "Existing directory where each rank writes its flight recorder as JSON when a collective "
      "fails or times out, on SIGUSR1 and on request (trace::dump_flight_records()); "
      "`distcomm-trace DIR` reads them."},
+    {"DISTCOMM_AUTOTUNE", "0",
+     "1 = during the first steps the engine tries fusion thresholds and cut-offs, cycle times, "
+     "segment sizes and strategy cut-offs, keeps the fastest (the same on every rank) and logs "
+     "it at info level (docs/SCALING.md, Autotuning)."},
+    {"DISTCOMM_AUTOTUNE_FILE", "(none)",
+     "JSON file of the autotuner's choice: written when a search ends; when it exists and was made "
+     "for this backend and world size, the engine uses it from the start instead of searching."},
+    {"DISTCOMM_AUTOTUNE_STEPS", "5", "Steps the autotuner runs each candidate for (1 to 1000)."},
 };
 
 std::string quote(const char* name, const std::string& value) {
@@ -324,6 +332,24 @@ config config::from_env(const env_lookup& getenv) {
     }
     c.dump_dir = v;
   }
+  if (get("DISTCOMM_AUTOTUNE", v)) c.autotune = parse_bool("DISTCOMM_AUTOTUNE", v);
+  if (get("DISTCOMM_AUTOTUNE_FILE", v)) {
+    struct stat st {};
+    const std::size_t slash = v.rfind('/');
+    const std::string folder = slash == std::string::npos ? "." : v.substr(0, slash + 1);
+    if ((::stat(v.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) || ::stat(folder.c_str(), &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
+      throw invalid_argument_error(quote("DISTCOMM_AUTOTUNE_FILE", v) +
+                                   " is not a file in an existing directory");
+    }
+    c.autotune_file = v;
+  }
+  if (get("DISTCOMM_AUTOTUNE_STEPS", v)) {
+    c.autotune_steps = parse_count("DISTCOMM_AUTOTUNE_STEPS", v);
+    if (c.autotune_steps < 1 || c.autotune_steps > 1000) {
+      throw invalid_argument_error(quote("DISTCOMM_AUTOTUNE_STEPS", v) + " is outside 1 .. 1000");
+    }
+  }
   return c;
 }
 
@@ -346,7 +372,11 @@ std::string config::to_string() const {
      << "DISTCOMM_STALL_WARNING=" << stall_warning.count() << '\n'
      << "DISTCOMM_TIMELINE=" << (timeline.empty() ? std::string("(none)") : timeline) << '\n'
      << "DISTCOMM_FLIGHT_RECORDER=" << flight_recorder << '\n'
-     << "DISTCOMM_DUMP_DIR=" << dump_dir << '\n';
+     << "DISTCOMM_DUMP_DIR=" << dump_dir << '\n'
+     << "DISTCOMM_AUTOTUNE=" << (autotune ? 1 : 0) << '\n'
+     << "DISTCOMM_AUTOTUNE_FILE=" << (autotune_file.empty() ? std::string("(none)") : autotune_file)
+     << '\n'
+     << "DISTCOMM_AUTOTUNE_STEPS=" << autotune_steps << '\n';
   return os.str();
 }
 

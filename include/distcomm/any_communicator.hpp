@@ -133,6 +133,13 @@ class any_communicator {
   // Waits until every collective started so far has completed.
   void synchronize() { get().synchronize(); }
 
+  // Changing the fusion and strategy settings between collectives (communicator::retune; the
+  // engine's autotuner). Not every communicator can: hierarchical ones and cuda::fusion's cannot,
+  // and retune() then throws invalid_argument_error.
+  bool retunable() const { return get().retunable(); }
+  tuning current_tuning() { return get().current_tuning(); }
+  void retune(const tuning& t) { get().retune(t); }
+
   // The typed communicator inside, when it is a Comm (as std::function::target); else nullptr.
   template <class Comm>
   Comm* target() noexcept {
@@ -193,7 +200,17 @@ class any_communicator {
     virtual work irecv(tensor_view data, int peer, int tag) = 0;
     virtual work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) = 0;
     virtual void synchronize() = 0;
+    virtual bool retunable() const = 0;
+    virtual tuning current_tuning() = 0;
+    virtual void retune(const tuning& t) = 0;
   };
+
+  // Whether Comm has retune() (communicator<> does; hierarchical_communicator does not).
+  template <class C, class = void>
+  struct has_retune : std::false_type {};
+  template <class C>
+  struct has_retune<C, std::void_t<decltype(C::retunable)>>
+      : std::integral_constant<bool, C::retunable> {};
 
   template <class Comm>
   struct model final : interface {
@@ -294,6 +311,25 @@ class any_communicator {
     void recv(tensor_view data, int peer, int tag) override { comm.recv(data, peer, tag); }
     void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) override {
       comm.sendrecv(out, dest, in, source, tag);
+    }
+    bool retunable() const override { return has_retune<Comm>::value; }
+    tuning current_tuning() override {
+      if constexpr (has_retune<Comm>::value) {
+        return comm.current_tuning();
+      } else {
+        const config& c = comm.settings();
+        return {c.fusion_threshold, c.fusion_cutoff.value_or(0), c.segment_bytes.value_or(0),
+                c.algo};
+      }
+    }
+    void retune(const tuning& t) override {
+      if constexpr (has_retune<Comm>::value) {
+        comm.retune(t);
+      } else {
+        (void)t;
+        throw invalid_argument_error(std::string("retune: a '") + comm.backend_name() + "' " +
+                                     comm.strategy_name() + " communicator cannot be retuned");
+      }
     }
     work isend(tensor_view data, int peer, int tag) override { return comm.isend(data, peer, tag); }
     work irecv(tensor_view data, int peer, int tag) override { return comm.irecv(data, peer, tag); }

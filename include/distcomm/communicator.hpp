@@ -358,6 +358,63 @@ class communicator {
   // Collectives started on this communicator so far (the sequence number of the next one).
   std::uint64_t calls() const noexcept { return s_ ? s_->check.calls() : 0; }
 
+  // Whether retune() can change this communicator's settings: its strategy and fusion policy can
+  // be made anew (cuda::fusion, which holds device memory, cannot).
+  static constexpr bool retunable =
+      std::is_move_assignable_v<Strategy> && std::is_constructible_v<Strategy, const config&> &&
+      std::is_move_assignable_v<Fusion> && std::is_constructible_v<Fusion, const config&>;
+
+  // The settings retune() changes, as they stand: the fusion threshold and cut-off, the segment
+  // size and strategy::automatic's table as it resolves on this backend (another strategy: the
+  // configured table).
+  tuning current_tuning() {
+    state& s = get("current_tuning");
+    tuning t;
+    s.progress.run("current_tuning", [&] {
+      t.fusion_threshold = s.cfg.fusion_threshold;
+      t.fusion_cutoff = s.cfg.fusion_cutoff.value_or(0);
+      t.segment_bytes = s.cfg.segment_bytes.value_or(0);
+      if constexpr (std::is_same_v<Strategy, strategy::automatic>) {
+        t.algo = s.strategy.template table<Backend>();
+      } else {
+        t.algo = s.cfg.algo;
+      }
+    });
+    return t;
+  }
+
+  // The collectives started after this call use `t`: the strategy and the fusion policy are made
+  // anew from the settings with t's values (settings() shows them). Every rank must call it with
+  // the same `t` between the same two collectives: the mismatch check names a rank that did not
+  // at the next collective (without the check, ranks pipelining in different segments fail or
+  // hang). The engine's autotuner does so (autotune/tuner.hpp).
+  void retune(const tuning& t) {
+    if constexpr (!retunable) {
+      throw invalid_argument_error(std::string("retune: the strategy or fusion policy of this '") +
+                                   backend_name() + "' communicator cannot be made anew");
+    } else {
+      if (t.segment_bytes < 64 || t.segment_bytes > (std::size_t{1} << 30)) {
+        throw invalid_argument_error("retune: segment size " + std::to_string(t.segment_bytes) +
+                                     " is outside 64 bytes .. 1G");
+      }
+      state& s = get("retune");
+      s.progress.run("retune", [&] {
+        config c = s.cfg;
+        c.fusion_threshold = t.fusion_threshold;
+        c.fusion_cutoff = t.fusion_cutoff;
+        c.segment_bytes = t.segment_bytes;
+        c.algo = t.algo;
+        s.strategy = Strategy(c);
+        s.fusion = Fusion(c);
+        if constexpr (detail::fusion_traces<Fusion>::value) {
+          if (s.timeline) s.fusion.trace_to(s.timeline, s.track);
+        }
+        s.check.retune(check::settings_of(c, detail::strategy_name<Strategy>::value));
+        s.cfg = std::move(c);
+      });
+    }
+  }
+
  private:
   // `id` names a sub-communicator's recorder after its parent's; a communicator made from a
   // backend gets the process's next name (trace::next_recorder_name()).

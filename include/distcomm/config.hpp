@@ -61,6 +61,15 @@ struct config {
   // Directory the flight recorders are written to, one JSON file per rank, when a collective
   // fails, on SIGUSR1 and on request; empty: not written (DISTCOMM_DUMP_DIR).
   std::string dump_dir;
+  // The engine tries fusion thresholds and cut-offs, cycle times, segment sizes and strategy
+  // cut-offs during the first steps and keeps the fastest, the same on every rank
+  // (DISTCOMM_AUTOTUNE; autotune/tuner.hpp).
+  bool autotune = false;
+  // A choice saved by an earlier search: used instead of searching when the file exists and was
+  // made for this backend and world size; written when a search ends (DISTCOMM_AUTOTUNE_FILE).
+  std::string autotune_file;
+  // Steps each candidate of the search runs for (DISTCOMM_AUTOTUNE_STEPS).
+  int autotune_steps = 5;
 
   using env_lookup = std::function<const char*(const char*)>;
 
@@ -72,6 +81,19 @@ struct config {
 
   // One `NAME=value` line per setting, in settings() order.
   std::string to_string() const;
+};
+
+// The settings a communicator can change between two collectives (communicator::retune): what the
+// engine's autotuner tries. Every field is set, none left to the backend.
+struct tuning {
+  std::size_t fusion_threshold = 0;
+  std::size_t fusion_cutoff = 0;
+  std::size_t segment_bytes = 0;
+  algo_table algo;  // strategy::automatic's table; empty: the backend's own
+  bool operator==(const tuning& o) const {
+    return fusion_threshold == o.fusion_threshold && fusion_cutoff == o.fusion_cutoff &&
+           segment_bytes == o.segment_bytes && algo.to_string() == o.algo.to_string();
+  }
 };
 
 // Documentation of every setting: name, default, meaning. The README table lists the same rows

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/autotune/tuner.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/half.hpp"
 #include "distcomm/core/reduce.hpp"
@@ -165,6 +166,10 @@ struct engine::impl {
       track =
           tl->track(std::string("engine (") + c.backend_name() + ", " + c.strategy_name() + ")");
     }
+    if (s.autotune || !s.autotune_file.empty()) {
+      tuner = std::make_unique<autotune::tuner>(comm, control, s);
+      cfg.cycle_time = tuner->cycle_time();
+    }
     thread = std::thread([this] { run(); });
   }
 
@@ -196,6 +201,8 @@ struct engine::impl {
   bool announced_joined = false;  // this rank's join state as the others last heard it
   steady::time_point last_stall_warning = steady::now();
   std::vector<unsigned char> bits;
+  std::unique_ptr<autotune::tuner> tuner;  // DISTCOMM_AUTOTUNE, DISTCOMM_AUTOTUNE_FILE
+  std::vector<autotune::batch> batches;    // this cycle's allreduces, when the tuner asks
   std::thread thread;
 
   work submit(entry e) {
@@ -475,6 +482,28 @@ struct engine::impl {
       if (!run_batch(items, k, end, pl, active, begin_wall)) return false;
       k = end;
     }
+    return !tuner || tune(pl, mine);
+  }
+
+  // Tells the autotuner what ran; it may change the settings (the same on every rank, here).
+  bool tune(const plan& pl, const std::vector<entry>& ran) {
+    std::vector<int> allreduces;
+    for (int i : pl.ready) {
+      if (cache.at(i).kind == tensor_kind::allreduce) allreduces.push_back(i);
+    }
+    std::vector<autotune::handed> handed;
+    if (tuner->wants_detail()) {
+      for (const entry& e : ran) {
+        if (e.req.kind == tensor_kind::allreduce) handed.push_back({e.data.bytes(), e.submitted});
+      }
+    }
+    try {
+      cfg.cycle_time = tuner->after_cycle(allreduces, batches, handed);
+    } catch (...) {
+      close(std::current_exception());
+      return false;
+    }
+    batches.clear();
     return true;
   }
 
@@ -526,6 +555,9 @@ struct engine::impl {
       err = std::current_exception();
     }
     const auto t1 = trace::timeline::now();
+    if (tuner && tuner->wants_detail() && first.kind == tensor_kind::allreduce && !err) {
+      batches.push_back({bytes, std::chrono::duration<double>(t1 - t0).count()});
+    }
     if (tl) {
       std::string names;
       for (std::size_t i = k; i < end; ++i) {
@@ -701,6 +733,10 @@ void engine::synchronize() {
 
 int engine::rank() const { return impl_->comm.rank(); }
 int engine::size() const { return impl_->comm.size(); }
+
+autotune::status engine::autotune() const {
+  return impl_->tuner ? impl_->tuner->state() : autotune::status{};
+}
 
 engine::statistics engine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);

@@ -144,6 +144,15 @@ TEST_CASE("config: every variable is parsed") {
     CHECK(from({{"DISTCOMM_LOG", "debug"}}).log == log_level::debug);
     CHECK(from({{"DISTCOMM_LOG", "Debug"}}).log == log_level::debug);  // case-insensitive
   }
+  SUBCASE("DISTCOMM_AUTOTUNE") {
+    const config c = from({{"DISTCOMM_AUTOTUNE", "1"},
+                           {"DISTCOMM_AUTOTUNE_FILE", "/tmp/choice.json"},
+                           {"DISTCOMM_AUTOTUNE_STEPS", "3"}});
+    CHECK(c.autotune);
+    CHECK(c.autotune_file == "/tmp/choice.json");
+    CHECK(c.autotune_steps == 3);
+    CHECK_FALSE(config{}.autotune);
+  }
 }
 
 TEST_CASE("config: a garbage value raises invalid_argument_error naming variable and value") {
@@ -198,6 +207,11 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_FLIGHT_RECORDER", "-1"},
       {"DISTCOMM_DUMP_DIR", "/nonexistent/distcomm-dumps"},
       {"DISTCOMM_DUMP_DIR", "/proc/self/status"},  // a file, not a directory
+      {"DISTCOMM_AUTOTUNE", "sometimes"},
+      {"DISTCOMM_AUTOTUNE_FILE", "/proc"},                     // a directory
+      {"DISTCOMM_AUTOTUNE_FILE", "/nonexistent/choice.json"},  // in no directory
+      {"DISTCOMM_AUTOTUNE_STEPS", "0"},
+      {"DISTCOMM_AUTOTUNE_STEPS", "many"},
   };
   std::set<std::string> covered;
   for (const auto& [name, value] : garbage) {

@@ -97,6 +97,8 @@ class call_check {
   // Whether agree() exchanges anything in a world of `p` ranks.
   bool exchanges(int p) const noexcept { return enabled_ && p > 1; }
   const call_settings& settings() const noexcept { return settings_; }
+  // The settings of the calls from now on (communicator::retune, on every rank alike).
+  void retune(const call_settings& s) noexcept { settings_ = s; }
   // Collectives started so far on this communicator.
   std::uint64_t calls() const noexcept { return seq_; }
   // True when the last agree() failed because a peer's communicator was destroyed.

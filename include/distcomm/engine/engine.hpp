@@ -21,6 +21,7 @@
 
 #include "distcomm/any_communicator.hpp"
 #include "distcomm/async/work.hpp"
+#include "distcomm/autotune/tuner.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/core/tensor_view.hpp"
@@ -79,6 +80,11 @@ class engine {
     std::uint64_t tensors = 0;      // tensors completed
   };
   statistics stats() const;
+
+  // The autotuner's state (DISTCOMM_AUTOTUNE, DISTCOMM_AUTOTUNE_FILE; autotune/tuner.hpp):
+  // whether it runs or a saved choice is in use, whether its search has ended, the settings in
+  // use and every candidate measured so far. Inactive without either setting.
+  autotune::status autotune() const;
 
  private:
   struct impl;
