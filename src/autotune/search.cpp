@@ -30,6 +30,24 @@ void search::record(double seconds) {
                                  std::to_string(seconds));
   }
   trials_.push_back({point_, seconds});
+  if (confirming_ == 1) {
+    start_again_ = seconds;
+    confirming_ = 2;
+    point_ = best_;
+    return;
+  }
+  if (confirming_ == 2) {
+    const trial& start = trials_.front();
+    if (best_seconds_ + seconds < (start.seconds + start_again_) * (1 - min_gain_)) {
+      best_seconds_ = (best_seconds_ + seconds) / 2;
+    } else {
+      best_ = start.point;
+      best_seconds_ = (start.seconds + start_again_) / 2;
+    }
+    done_ = true;
+    point_ = best_;
+    return;
+  }
   if (!started_) {
     started_ = true;
     best_seconds_ = seconds;
@@ -56,6 +74,11 @@ void search::advance() {
     if (values[value_] == best_[param_]) continue;  // measured already
     point_ = best_;
     point_[param_] = values[value_];
+    return;
+  }
+  if (best_ != trials_.front().point) {  // measure the start and the best once more
+    confirming_ = 1;
+    point_ = trials_.front().point;
     return;
   }
   done_ = true;

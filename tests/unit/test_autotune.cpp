@@ -57,11 +57,33 @@ TEST_CASE("autotune search: finds the optimum of each setting, the same for the 
   }
   CHECK(twin.done());
   CHECK(s.best() == std::vector<double>{16, 2.5});
-  CHECK(s.best_seconds() == doctest::Approx(1.0));
+  CHECK(s.best_seconds() == doctest::Approx(1.0));  // measured twice, the same
   CHECK(s.start_seconds() == doctest::Approx(bowl({64, 1})));
   CHECK(s.trials().size() == static_cast<std::size_t>(trials));
   CHECK(s.point() == s.best());  // once done, the best
   CHECK_THROWS_AS(s.record(1.0), invalid_argument_error);
+}
+
+TEST_CASE("autotune search: the best is measured again against the start; one lucky run loses") {
+  search s({{"threshold", {64, 16, 4}}}, 0.05, 2);
+  s.record(1.0);  // start, 64
+  s.record(0.7);  // 16: a lucky run
+  s.record(1.2);  // 4
+  REQUIRE_FALSE(s.done());
+  CHECK(s.point() == std::vector<double>{64});  // the start again
+  s.record(0.95);
+  CHECK(s.point() == std::vector<double>{16});  // the best again
+  s.record(1.3);                                // 0.7 + 1.3 = 2.0 against 1.95: not better
+  REQUIRE(s.done());
+  CHECK(s.best() == std::vector<double>{64});
+  CHECK(s.best_seconds() == doctest::Approx(0.975));
+  CHECK(s.trials().size() == 5);
+
+  search t({{"threshold", {64, 16, 4}}}, 0.05, 2);
+  for (double x : {1.0, 0.7, 1.2, 1.0, 0.75}) t.record(x);  // 16 holds up
+  REQUIRE(t.done());
+  CHECK(t.best() == std::vector<double>{16});
+  CHECK(t.best_seconds() == doctest::Approx(0.725));
 }
 
 TEST_CASE("autotune search: a gain within the noise keeps the starting point") {

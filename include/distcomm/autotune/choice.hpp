@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "distcomm/config.hpp"
 
@@ -28,6 +29,21 @@ struct choice {
   std::string describe() const;
   // Why this choice does not fit a job of `backend`, `strategy` and `ranks`; empty when it does.
   std::string mismatch(const std::string& backend, const std::string& strategy, int ranks) const;
+};
+
+// One candidate the search measured.
+struct trial {
+  std::vector<double> point;  // one value per parameter of the search (search.hpp)
+  double seconds = 0;         // per step, the slowest rank's
+};
+
+// Where the engine's autotuner stands (engine::autotune()).
+struct status {
+  bool active = false;  // searching, or a saved choice in use
+  bool done = false;    // the search has ended or a saved choice was loaded
+  bool loaded = false;  // from DISTCOMM_AUTOTUNE_FILE
+  choice current;       // the settings in use now (the choice once done)
+  std::vector<trial> trials;
 };
 
 std::string to_json(const choice& c);

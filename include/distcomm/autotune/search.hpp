@@ -8,23 +8,23 @@
 // or the configured value). Then each setting in turn tries its other values in the order given,
 // the others at their best so far; a value replaces the best when it is faster by more than
 // `min_gain` (a fraction: noise does not move the choice), and a setting stops after `patience`
-// values in a row that did not, so a list ordered by a prediction stops early.
+// values in a row that did not, so a list ordered by a prediction stops early. Last, when the best
+// is not the starting point, both are measured once more (the start first): the best stays only
+// when its two measurements together beat the start's by more than `min_gain`, so one lucky
+// measurement does not make the choice.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "distcomm/autotune/choice.hpp"
+
 namespace distcomm::autotune {
 
 struct parameter {
   std::string name;
   std::vector<double> values;  // in the order to try them; values[0]: the starting point
-};
-
-struct trial {
-  std::vector<double> point;  // one value per parameter
-  double seconds = 0;         // as recorded
 };
 
 class search {
@@ -59,6 +59,8 @@ class search {
   std::size_t value_ = 0;  // its value under trial
   int misses_ = 0;         // values in a row that did not beat the best
   bool started_ = false;   // the starting point is measured
+  int confirming_ = 0;     // 1: measuring the start again, 2: the best again
+  double start_again_ = 0;
   bool done_ = false;
 };
 

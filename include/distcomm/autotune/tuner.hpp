@@ -41,14 +41,6 @@ struct handed {
   std::chrono::steady_clock::time_point at;
 };
 
-struct status {
-  bool active = false;  // searching, or a saved choice in use
-  bool done = false;    // the search has ended or a saved choice was loaded
-  bool loaded = false;  // from DISTCOMM_AUTOTUNE_FILE
-  choice current;       // the settings in use now (the choice once done)
-  std::vector<trial> trials;
-};
-
 class tuner {
  public:
   // Collective: every rank, as the engine starts. With cfg.autotune_file set, rank 0 reads it

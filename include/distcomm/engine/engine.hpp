@@ -21,7 +21,7 @@
 
 #include "distcomm/any_communicator.hpp"
 #include "distcomm/async/work.hpp"
-#include "distcomm/autotune/tuner.hpp"
+#include "distcomm/autotune/choice.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/core/tensor_view.hpp"
