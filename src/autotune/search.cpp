@@ -61,6 +61,12 @@ void search::record(double seconds) {
   advance();
 }
 
+double search::start_seconds() const noexcept {
+  if (trials_.empty()) return 0;
+  const double first = trials_.front().seconds;
+  return confirming_ == 2 ? (first + start_again_) / 2 : first;  // 2: measured again
+}
+
 void search::advance() {
   while (param_ < params_.size()) {
     const std::vector<double>& values = params_[param_].values;

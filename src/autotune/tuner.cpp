@@ -136,7 +136,21 @@ std::chrono::duration<double> tuner::after_cycle(const std::vector<int>& allredu
                                                  const std::vector<batch>& batches,
                                                  const std::vector<handed>& tensors) {
   if (phase_ == phase::off || phase_ == phase::done || allreduces.empty()) return cycle_;
-  if (marker_ < 0) marker_ = allreduces.front();  // the same entry on every rank
+  if (marker_ < 0) {
+    // A step's first tensor: the first allreduce run a second time (a one-off, such as an
+    // average at start-up, never is). Every rank runs the same entries, so picks the same.
+    for (int i : allreduces) {
+      if (std::find(seen_.begin(), seen_.end(), i) != seen_.end()) {
+        marker_ = i;
+        break;
+      }
+    }
+    if (marker_ < 0) {
+      seen_.insert(seen_.end(), allreduces.begin(), allreduces.end());
+      return cycle_;
+    }
+    seen_.clear();
+  }
   if (phase_ == phase::fitting) {
     batches_.insert(batches_.end(), batches.begin(), batches.end());
     handed_.insert(handed_.end(), tensors.begin(), tensors.end());
@@ -145,7 +159,7 @@ std::chrono::duration<double> tuner::after_cycle(const std::vector<int>& allredu
   const steady::time_point now = steady::now();
   ++steps_seen_;
   switch (phase_) {
-    case phase::warming:  // the first run of every tensor, then one ordinary step
+    case phase::warming:  // the marker's second run, then one ordinary step
       if (steps_seen_ == 2) {
         phase_ = phase::fitting;
         steps_seen_ = 0;

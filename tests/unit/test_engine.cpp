@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -299,6 +300,7 @@ TEST_CASE("engine: tensors over one communicator, the agreement over another") {
 TEST_CASE("engine: shrink after a lost rank: the survivors go on over their own communicator") {
   local_world world(4);
   std::vector<std::string> lost(4), after(4);
+  std::atomic<int> finished_first{0};
   world.run([&](local_backend b) {
     const int r = b.rank();
     local_backend mine = b;  // rank 2 aborts through it: the local backend's way of losing a rank
@@ -311,7 +313,11 @@ TEST_CASE("engine: shrink after a lost rank: the survivors go on over their own 
     std::vector<float> v(64, static_cast<float>(r + 1));
     eng.allreduce_async("grad", view(v), reduce_op::sum).wait();
     CHECK(v[63] == 10.0f);
+    // Rank 2 goes only once every rank has its first result: an abort while another rank is
+    // still finishing that allreduce would fail it there instead of in the second.
+    ++finished_first;
     if (r == 2) {
+      while (finished_first.load() < 4) std::this_thread::yield();
       mine.abort("rank 2 lost its device");
       return;
     }

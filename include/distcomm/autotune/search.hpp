@@ -42,7 +42,8 @@ class search {
 
   const std::vector<double>& best() const noexcept { return best_; }
   double best_seconds() const noexcept { return best_seconds_; }
-  double start_seconds() const noexcept { return trials_.empty() ? 0 : trials_.front().seconds; }
+  // The starting point's time: the mean of its measurements (two when the best was confirmed).
+  double start_seconds() const noexcept;
   const std::vector<trial>& trials() const noexcept { return trials_; }
   const std::vector<parameter>& parameters() const noexcept { return params_; }
 

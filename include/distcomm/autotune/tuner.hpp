@@ -4,8 +4,8 @@
 // collective on.
 //
 // A step is what the engine sees between two runs of the job's first allreduced tensor (the
-// first allreduce its cache learned): every rank runs the same collectives in the same order, so
-// every rank counts the same steps. After two steps of warm-up, a third is looked at closely:
+// first one run a second time): every rank runs the same collectives in the same order, so every
+// rank counts the same steps. After two steps of warm-up, a third is looked at closely:
 // its collectives' sizes and times fit the cost model's alpha and beta (sim/calibrate.hpp), and
 // the times at which rank 0's gradients were handed over give its backward. The model then
 // orders the fusion thresholds and cycle times to try (sim/step.hpp), its best first: that is
@@ -73,9 +73,10 @@ class tuner {
   config cfg_;
   phase phase_ = phase::off;
   std::chrono::duration<double> cycle_;
-  tuning base_;  // the settings the job started with
-  int marker_ = -1;
-  int steps_seen_ = 0;  // runs of the marker in the current phase
+  tuning base_;            // the settings the job started with
+  std::vector<int> seen_;  // allreduces run before the marker is known
+  int marker_ = -1;        // the cache entry that starts a step
+  int steps_seen_ = 0;     // runs of the marker in the current phase
   std::chrono::steady_clock::time_point since_;
   std::vector<batch> batches_;
   std::vector<handed> handed_;
