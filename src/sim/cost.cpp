@@ -31,12 +31,17 @@ double ring(const machine& m, const link& l, double n, int p) {
          (p - 1) * chunk * m.gamma;
 }
 
+// DistComm's tree (strategy/algorithms/tree.hpp): one binary tree in heap order, of depth
+// floor(log2 p); the segments are reduced up to rank 0, then broadcast down, each phase pipelined.
+// In a stage the busiest node takes a segment from each of its children, or sends one to each.
 double tree(const machine& m, double n, int p) {
   const link& l = flat_link(m, p);
   const double segs = segments(n, m.segment_bytes);
   const double s = n / segs;
-  const double stages = ceil_log2(p) + segs - 1;
-  return 2.0 * stages * (l.alpha + s * l.beta) + stages * s * m.gamma;
+  const int depth = ceil_log2(p + 1) - 1;  // floor(log2 p)
+  const double kids = std::min(2, p - 1);
+  const double stages = depth + segs - 1;
+  return 2.0 * stages * (l.alpha + kids * s * l.beta) + stages * kids * s * m.gamma;
 }
 
 double recursive_doubling(const machine& m, double n, int p) {

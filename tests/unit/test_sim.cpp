@@ -51,11 +51,18 @@ TEST_CASE("sim: ring, 2(p-1) steps of n/p") {
   CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6 * (4e-5 + 1e-3)));
 }
 
-TEST_CASE("sim: tree, 2 (d + m - 1) stages of one segment") {
+TEST_CASE("sim: tree, 2 (d + m - 1) stages of a segment from or to each child") {
   machine m = flat();
-  CHECK(t(algorithm::tree, m, mb4, 4) == doctest::Approx(2 * 2 * (1e-5 + 4e-3)));
+  // 4 ranks: depth 2, rank 0 and rank 1 have 2 children.
+  CHECK(t(algorithm::tree, m, mb4, 4) == doctest::Approx(2 * 2 * (1e-5 + 8e-3)));
+  CHECK(t(algorithm::tree, m, mb4, 3) == doctest::Approx(2 * 1 * (1e-5 + 8e-3)));  // depth 1
+  CHECK(t(algorithm::tree, m, mb4, 2) == doctest::Approx(2 * 1 * (1e-5 + 4e-3)));  // 1 child
+  CHECK(t(algorithm::tree, m, mb4, 8) == doctest::Approx(2 * 3 * (1e-5 + 8e-3)));  // depth 3
   m.segment_bytes = 1000000;  // m = 4, d = 2: 5 stages
-  CHECK(t(algorithm::tree, m, mb4, 4) == doctest::Approx(2 * 5 * (1e-5 + 1e-3)));
+  CHECK(t(algorithm::tree, m, mb4, 4) == doctest::Approx(2 * 5 * (1e-5 + 2e-3)));
+  m.gamma = 1e-10;  // each stage combines a segment from each child
+  CHECK(t(algorithm::tree, m, mb4, 4) ==
+        doctest::Approx(2 * 5 * (1e-5 + 2e-3) + 5 * 2 * 1e6 * 1e-10));
 }
 
 TEST_CASE("sim: recursive doubling, log2 p rounds of n; a node's ranks share its link") {

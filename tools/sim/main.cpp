@@ -251,13 +251,14 @@ std::vector<sim::sample> samples_of(const std::string& path, int ps_servers) {
   return out;
 }
 
-// Every sample of `files`, runs of the same strategy, ranks and size (several rounds) as their
-// median; `measured` counts the runs.
+// Every sample of `files` of at least `min_bytes`, runs of the same strategy, ranks and size
+// (several rounds) as their median; `measured` counts the runs.
 std::vector<sim::sample> medians_of(const std::vector<std::string>& files, int ps_servers,
-                                    std::size_t* measured) {
+                                    std::size_t min_bytes, std::size_t* measured) {
   std::map<std::tuple<int, int, std::size_t>, std::vector<sim::sample>> runs;
   for (const std::string& f : files) {
     for (const sim::sample& s : samples_of(f, ps_servers)) {
+      if (s.bytes < min_bytes) continue;
       runs[{static_cast<int>(s.algo), s.ranks, s.bytes}].push_back(s);
       ++*measured;
     }
@@ -304,13 +305,15 @@ struct calibrate_request {
   double gamma_gbs = 0;
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   std::string cache = "0";
+  std::string min_bytes = "0";
   int ps_servers = 1;
   bool each = false;
 };
 
 int calibrate_files(const calibrate_request& q) {
   std::size_t measured = 0;
-  const std::vector<sim::sample> samples = medians_of(q.files, q.ps_servers, &measured);
+  const std::size_t min_bytes = distcomm::parse_bytes(q.min_bytes, "--min-bytes");
+  const std::vector<sim::sample> samples = medians_of(q.files, q.ps_servers, min_bytes, &measured);
   std::optional<double> gamma;
   if (q.gamma_gbs > 0) gamma = 1.0 / (q.gamma_gbs * 1e9);
   const sim::calibration c =
@@ -332,7 +335,7 @@ int calibrate_files(const calibrate_request& q) {
   if (!q.check.empty()) {
     // Held out: measured, not fitted; the fitted machine predicts them.
     std::size_t held = 0;
-    const std::vector<sim::sample> other = medians_of(q.check, q.ps_servers, &held);
+    const std::vector<sim::sample> other = medians_of(q.check, q.ps_servers, min_bytes, &held);
     sim::machine m = c.fitted;
     std::vector<double> errors;
     for (const sim::sample& s : other) {
@@ -404,6 +407,10 @@ int main(int argc, char** argv) {
                   "caches (0: one beta for all)")
       ->capture_default_str();
   cal->add_option("--ps-servers", cq.ps_servers, "Servers of the parameter-server runs")
+      ->capture_default_str();
+  cal->add_option("--min-bytes", cq.min_bytes,
+                  "Leave out the sizes below this (K/M), fitted and held out alike: e.g. those a "
+                  "shaped link's token bucket lets through at the unshaped rate")
       ->capture_default_str();
 
   for (CLI::App* sub : {ar, st}) {

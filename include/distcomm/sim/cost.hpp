@@ -8,8 +8,9 @@
 //   ring   2(p-1) (ceil(n/p/s) alpha + n/p beta) + (p-1) n/p gamma, over the slowest link
 //          the ring crosses (inter once p > L; in node order each node's NIC carries one
 //          neighbour's share per step);
-//   tree   (double binary, pipelined) 2 (d + m - 1)(alpha + s beta) + (d + m - 1) s gamma,
-//          d = ceil(log2 p);
+//   tree   (one binary tree, reduced up then broadcast down, each pipelined)
+//          2 (d + m - 1)(alpha + k s beta) + (d + m - 1) k s gamma, d = floor(log2 p), k =
+//          min(2, p - 1) children of the busiest node;
 //   rd     recursive doubling, log2 p rounds of alpha + n beta + n gamma; a round whose partner
 //          is in another node uses the inter link, shared by the node's L ranks;
 //   ps     k servers among the ranks: each rank pushes n/k to each server and pulls the sums,
