@@ -1,7 +1,8 @@
 #!/bin/sh
 # distcomm-sim calibrate on sweeps just measured: distcomm-bench-local (2 threads), ring, rd and
 # tree, 8 B to 1 MiB, --json; ring and rd fitted, tree held out (--check); passes when the fit
-# prints its summary, its machine line and every sample's row, and the held-out summary.
+# prints its summary, its machine line and every sample's row, and the held-out summary; and
+# --min-bytes leaves the smaller sizes out of both.
 # usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM
 set -u
 [ $# -eq 2 ] || { echo "usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM" >&2; exit 2; }
@@ -26,4 +27,9 @@ grep -Eq '^# held out: 6 samples \(medians of 6 measurements\) from 1 file; medi
   "$work/out" || { echo "FAIL: no held-out summary"; exit 1; }
 [ "$(grep -Ec '^tree +2 +[0-9]+ ' "$work/out")" -eq 6 ] ||
   { echo "FAIL: not one row per held-out sample"; exit 1; }
+# --min-bytes leaves the smaller sizes out of both: 4K, 32K and 256K remain.
+"$2" calibrate --min-bytes 4K "$work/ring.json" "$work/rd.json" --check "$work/tree.json" \
+  >"$work/min" 2>&1 || { cat "$work/min"; echo "FAIL: calibrate --min-bytes"; exit 1; }
+grep -Eq '^# fitted: 6 samples ' "$work/min" && grep -Eq '^# held out: 3 samples ' "$work/min" ||
+  { cat "$work/min"; echo "FAIL: --min-bytes 4K did not leave 6 and 3 samples"; exit 1; }
 echo PASS
