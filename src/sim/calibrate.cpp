@@ -10,13 +10,15 @@ namespace distcomm::sim {
 
 namespace {
 
-// alpha, beta, gamma, oversubscribed alpha, cached beta
-constexpr std::size_t unknowns = 5;
+// alpha, beta, gamma, oversubscribed alpha, cached beta, call alpha, rendezvous alpha
+constexpr std::size_t unknowns = 7;
+constexpr std::size_t call = 5, rendezvous = 6;     // fitted only when asked for
 using coefficients = std::array<double, unknowns>;  // seconds per unit of each
 
 // The model's time for `s` on one node of `node` ranks, `cores` cores and `cache` bytes of cache,
 // with one unknown 1.
-coefficients coefficients_of(const sample& s, int node, int cores, std::size_t cache) {
+coefficients coefficients_of(const sample& s, int node, int cores, std::size_t cache,
+                             std::size_t eager) {
   coefficients c{};
   for (std::size_t i = 0; i < unknowns; ++i) {
     machine unit;
@@ -24,6 +26,9 @@ coefficients coefficients_of(const sample& s, int node, int cores, std::size_t c
     unit.gamma = i == 2 ? 1.0 : 0.0;
     unit.oversubscribed_alpha = i == 3 ? 1.0 : 0.0;
     unit.cached_beta = i == 4 ? 1.0 : 0.0;
+    unit.call_alpha = i == call ? 1.0 : 0.0;
+    unit.rendezvous_alpha = i == rendezvous ? 1.0 : 0.0;
+    unit.eager_bytes = eager;
     unit.cache_bytes = cache;
     unit.ranks_per_node = node;
     unit.cores_per_node = cores;
@@ -57,7 +62,7 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
   // Each unknown scaled to a unit diagonal (they differ by orders of magnitude: seconds per
   // message against seconds per byte), then Gaussian elimination with partial pivoting; a pivot
   // that vanishes next to 1 means samples that do not tell the unknowns apart.
-  double scale[unknowns] = {1, 1, 1, 1, 1};
+  double scale[unknowns] = {1, 1, 1, 1, 1, 1, 1};
   for (std::size_t r = 0; r < n; ++r) {
     if (a[r][r] <= 0) return false;
     scale[r] = 1 / std::sqrt(a[r][r]);
@@ -90,7 +95,7 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
 }  // namespace
 
 calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma, int cores,
-                      std::size_t cache_bytes) {
+                      std::size_t cache_bytes, bool per_call, std::size_t eager_bytes) {
   int node = 1;  // every sample's ranks on one node
   bool oversubscribed = false, cached = false, uncached = false;
   for (const sample& s : samples) {
@@ -107,11 +112,12 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
       throw invalid_argument_error("calibrate: a sample of " + std::to_string(s.bytes) +
                                    " bytes took no time");
     }
-    c.push_back(coefficients_of(s, node, cores, cache_bytes));
+    c.push_back(coefficients_of(s, node, cores, cache_bytes, eager_bytes));
     t.push_back(s.seconds);
   }
-  std::array<bool, unknowns> free = {true, true, !gamma, oversubscribed, cache_bytes != 0};
-  coefficients fixed = {0, 0, gamma ? *gamma : 0, 0, 0};
+  std::array<bool, unknowns> free = {
+      true, true, !gamma, oversubscribed, cache_bytes != 0, per_call, eager_bytes != 0};
+  coefficients fixed = {0, 0, gamma ? *gamma : 0, 0, 0, 0, 0};
   const auto wanted = static_cast<std::size_t>(std::count(free.begin(), free.end(), true));
   if (samples.size() < wanted) {
     throw invalid_argument_error("calibrate: " + std::to_string(samples.size()) + " samples for " +
@@ -120,6 +126,13 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
   coefficients x{};
   for (;;) {
     if (!solve(c, t, free, fixed, x)) {
+      // The call's or the rendezvous' alpha asked for but not told apart from the per-message
+      // alpha (one strategy, no size past the eager limit): without them.
+      if (free[call] || free[rendezvous]) {
+        free[call] = free[rendezvous] = false;
+        fixed[call] = fixed[rendezvous] = 0;
+        continue;
+      }
       throw invalid_argument_error(
           "calibrate: the samples cannot tell the parameters apart (give several sizes, from "
           "latency-bound to bandwidth-bound, and two strategies to separate beta from gamma)");
@@ -143,6 +156,9 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
   out.fitted.cores_per_node = cores;
   out.fitted.cached_beta = x[4];
   out.fitted.cache_bytes = cache_bytes;
+  out.fitted.call_alpha = x[call];
+  out.fitted.eager_bytes = x[rendezvous] > 0 ? eager_bytes : 0;
+  out.fitted.rendezvous_alpha = x[rendezvous];
   std::vector<double> abs_errors;
   for (std::size_t k = 0; k < c.size(); ++k) {
     double predicted = 0;

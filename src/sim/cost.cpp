@@ -25,9 +25,17 @@ const link& flat_link(const machine& m, int ranks) {
   return ranks <= m.ranks_per_node ? m.intra : m.inter;
 }
 
+// The latency of one message of `bytes` over `l`: its alpha, and the rendezvous past the eager
+// limit.
+double alpha_of(const machine& m, const link& l, double bytes) {
+  const bool rendezvous = m.eager_bytes != 0 && bytes > static_cast<double>(m.eager_bytes);
+  return l.alpha + (rendezvous ? m.rendezvous_alpha : 0);
+}
+
 double ring(const machine& m, const link& l, double n, int p) {
   const double chunk = n / p;
-  return 2.0 * (p - 1) * (segments(chunk, m.segment_bytes) * l.alpha + chunk * l.beta) +
+  const double segs = segments(chunk, m.segment_bytes);
+  return 2.0 * (p - 1) * (segs * alpha_of(m, l, chunk / segs) + chunk * l.beta) +
          (p - 1) * chunk * m.gamma;
 }
 
@@ -41,7 +49,7 @@ double tree(const machine& m, double n, int p) {
   const int depth = ceil_log2(p + 1) - 1;  // floor(log2 p)
   const double kids = std::min(2, p - 1);
   const double stages = depth + segs - 1;
-  return 2.0 * stages * (l.alpha + kids * s * l.beta) + stages * kids * s * m.gamma;
+  return 2.0 * stages * (alpha_of(m, l, s) + kids * s * l.beta) + stages * kids * s * m.gamma;
 }
 
 double recursive_doubling(const machine& m, double n, int p) {
@@ -50,17 +58,17 @@ double recursive_doubling(const machine& m, double n, int p) {
   for (int r = 0; r < rounds; ++r) {
     const int distance = 1 << r;
     if (distance < m.ranks_per_node) {
-      t += m.intra.alpha + n * m.intra.beta;
+      t += alpha_of(m, m.intra, n) + n * m.intra.beta;
     } else {
       // Every rank of the node crosses its NIC in this round.
-      t += m.inter.alpha + n * m.inter.beta * std::min(m.ranks_per_node, p);
+      t += alpha_of(m, m.inter, n) + n * m.inter.beta * std::min(m.ranks_per_node, p);
     }
     t += n * m.gamma;
   }
   if ((1 << rounds) != p) {
     // The ranks beyond the largest power of two fold in before and out after.
     const link& l = flat_link(m, p);
-    t += 2 * (l.alpha + n * l.beta) + n * m.gamma;
+    t += 2 * (alpha_of(m, l, n) + n * l.beta) + n * m.gamma;
   }
   return t;
 }
@@ -71,14 +79,14 @@ double parameter_server(const machine& m, double n, int p, int k) {
   const double busiest = std::max(n, (p - 1) * share * m.ps_oversubscription);
   // A server takes a message from each of the other ranks, a rank sends one to each server.
   const double messages = std::max(k, p - 1);
-  return 2.0 * (messages * l.alpha + busiest * l.beta) + (p - 1) * share * m.gamma;
+  return 2.0 * (messages * alpha_of(m, l, share) + busiest * l.beta) + (p - 1) * share * m.gamma;
 }
 
 double hierarchical(const machine& m, double n, int p) {
   const int local = m.ranks_per_node;
   const int nodes = p / local;
   const double piece = n / local;
-  const double inside = (local - 1) * (m.intra.alpha + piece * m.intra.beta);
+  const double inside = (local - 1) * (alpha_of(m, m.intra, piece) + piece * m.intra.beta);
   // The node's `local` rings, each of n/L bytes, share its NIC.
   link shared = m.inter;
   shared.beta *= local;
@@ -150,13 +158,13 @@ double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int r
   const machine run = as_run(m, ranks, bytes);
   switch (a) {
     case algorithm::ring:
-      return ring(run, flat_link(run, ranks), n, ranks);
+      return m.call_alpha + ring(run, flat_link(run, ranks), n, ranks);
     case algorithm::tree:
-      return tree(run, n, ranks);
+      return m.call_alpha + tree(run, n, ranks);
     case algorithm::recursive_doubling:
-      return recursive_doubling(run, n, ranks);
+      return m.call_alpha + recursive_doubling(run, n, ranks);
     case algorithm::parameter_server:
-      return parameter_server(run, n, ranks, ps_servers);
+      return m.call_alpha + parameter_server(run, n, ranks, ps_servers);
     case algorithm::hierarchical: {
       const std::vector<algorithm> can = algorithms_for(m, ranks);
       if (std::find(can.begin(), can.end(), a) == can.end()) {
@@ -164,7 +172,7 @@ double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int r
                                      std::to_string(ranks) + " ranks, " +
                                      std::to_string(m.ranks_per_node) + " per node)");
       }
-      return hierarchical(run, n, ranks);
+      return m.call_alpha + hierarchical(run, n, ranks);
     }
   }
   return 0;

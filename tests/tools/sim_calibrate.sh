@@ -2,7 +2,7 @@
 # distcomm-sim calibrate on sweeps just measured: distcomm-bench-local (2 threads), ring, rd and
 # tree, 8 B to 1 MiB, --json; ring and rd fitted, tree held out (--check); passes when the fit
 # prints its summary, its machine line and every sample's row, and the held-out summary; and
-# --min-bytes leaves the smaller sizes out of both.
+# --min-bytes leaves the smaller sizes out of both; --per-call fits a cost per call.
 # usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM
 set -u
 [ $# -eq 2 ] || { echo "usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM" >&2; exit 2; }
@@ -32,4 +32,9 @@ grep -Eq '^# held out: 6 samples \(medians of 6 measurements\) from 1 file; medi
   >"$work/min" 2>&1 || { cat "$work/min"; echo "FAIL: calibrate --min-bytes"; exit 1; }
 grep -Eq '^# fitted: 6 samples ' "$work/min" && grep -Eq '^# held out: 3 samples ' "$work/min" ||
   { cat "$work/min"; echo "FAIL: --min-bytes 4K did not leave 6 and 3 samples"; exit 1; }
+# --per-call and --eager add the call's and the rendezvous' alpha to the machine it prints.
+"$2" calibrate --per-call --eager 4K "$work/ring.json" "$work/rd.json" "$work/tree.json" \
+  >"$work/call" 2>&1 || { cat "$work/call"; echo "FAIL: calibrate --per-call"; exit 1; }
+grep -Eq -- '--call-us [0-9.e+-]+' "$work/call" ||
+  { cat "$work/call"; echo "FAIL: no --call-us in the fitted machine"; exit 1; }
 echo PASS

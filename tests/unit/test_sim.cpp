@@ -51,6 +51,25 @@ TEST_CASE("sim: ring, 2(p-1) steps of n/p") {
   CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6 * (4e-5 + 1e-3)));
 }
 
+TEST_CASE("sim: a cost per call, and a rendezvous for messages past the eager limit") {
+  machine m = flat();
+  m.call_alpha = 2e-6;  // once per allreduce
+  CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(2e-6 + 6 * (1e-5 + 1e-3)));
+  CHECK(t(algorithm::recursive_doubling, m, 8, 4) == doctest::Approx(2e-6 + 2 * (1e-5 + 8e-9)));
+  CHECK(t(algorithm::ring, m, mb4, 1) == 0);  // one rank: no call to make
+  m.call_alpha = 0;
+  m.eager_bytes = 4096;
+  m.rendezvous_alpha = 5e-6;
+  // The ring's messages are n/p = 1 MB, past 4K: each costs 5 us more; 8 B rd messages do not.
+  CHECK(t(algorithm::ring, m, mb4, 4) == doctest::Approx(6 * (1.5e-5 + 1e-3)));
+  CHECK(t(algorithm::recursive_doubling, m, 4096, 4) ==
+        doctest::Approx(2 * (1e-5 + 4096e-9)));  // at the limit: still eager
+  CHECK(t(algorithm::recursive_doubling, m, 4097, 4) == doctest::Approx(2 * (1.5e-5 + 4097e-9)));
+  m.segment_bytes = 2048;  // the ring's messages are segments now: eager again
+  CHECK(t(algorithm::ring, m, 16384, 2) ==
+        doctest::Approx(2 * (4 * 1e-5 + 8192e-9)));  // 8 KiB chunks, 4 segments each
+}
+
 TEST_CASE("sim: tree, 2 (d + m - 1) stages of a segment from or to each child") {
   machine m = flat();
   // 4 ranks: depth 2, rank 0 and rank 1 have 2 children.
@@ -285,6 +304,38 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
   CHECK(k.max_error < 1e-6);
   // All samples on one side of the cache size: one beta.
   CHECK(calibrate(s, {}, 0, std::size_t{1} << 30).fitted.cache_bytes == 0);
+
+  // A cost per call and a rendezvous past 4 KiB, fitted when asked for.
+  machine mpi_like = truth;
+  mpi_like.call_alpha = 2e-6;
+  mpi_like.eager_bytes = 4096;
+  mpi_like.rendezvous_alpha = 4e-6;
+  std::vector<sample> calls;
+  for (algorithm a : {algorithm::ring, algorithm::recursive_doubling, algorithm::tree}) {
+    for (int p : {2, 4}) {
+      for (std::size_t n : {std::size_t{8}, std::size_t{1024}, std::size_t{16384},
+                            std::size_t{1} << 20, std::size_t{16} << 20}) {
+        calls.push_back({a, p, n, allreduce_seconds(a, mpi_like, n, p)});
+      }
+    }
+  }
+  const calibration r = calibrate(calls, {}, 0, 0, true, 4096);
+  CHECK(r.fitted.call_alpha == doctest::Approx(2e-6).epsilon(1e-6));
+  CHECK(r.fitted.rendezvous_alpha == doctest::Approx(4e-6).epsilon(1e-6));
+  CHECK(r.fitted.eager_bytes == 4096);
+  CHECK(r.fitted.inter.alpha == doctest::Approx(5e-6).epsilon(1e-6));
+  CHECK(r.max_error < 1e-6);
+  // Without them the same samples fit worse; asked for where nothing tells them apart (rd alone
+  // at 2 ranks: one message a call), they are left at 0 rather than failing.
+  CHECK(calibrate(calls).max_error > 0.05);
+  std::vector<sample> rd_only;
+  for (std::size_t n : {std::size_t{8}, std::size_t{1} << 20, std::size_t{16} << 20}) {
+    rd_only.push_back({algorithm::recursive_doubling, 2, n,
+                       allreduce_seconds(algorithm::recursive_doubling, truth, n, 2)});
+  }
+  const calibration none = calibrate(rd_only, 1 / 10e9, 0, 0, true);
+  CHECK(none.fitted.call_alpha == 0);
+  CHECK(none.fitted.inter.alpha == doctest::Approx(5e-6).epsilon(1e-6));
 
   // Times that do not grow with size: beta and gamma come out 0, not negative.
   std::vector<sample> flat_times;

@@ -40,6 +40,8 @@ struct machine_options {
   double cached_gbs = -1;
   double ps_oversubscription = -1, oversubscribed_alpha_us = -1;
   std::string segment;
+  double call_us = -1, rendezvous_alpha_us = -1;
+  std::string eager_bytes;
 
   void add_to(CLI::App& app) {
     app.add_option("--machine", preset,
@@ -61,6 +63,13 @@ struct machine_options {
     app.add_option("--ps-oversubscription", ps_oversubscription,
                    "Parameter servers sharing one link (1: a link each)");
     app.add_option("--segment", segment, "Ring and tree segment size (K/M suffixes; 0: none)");
+    app.add_option("--call-us", call_us,
+                   "What every allreduce costs once, whatever it sends (the call, the ranks "
+                   "agreeing on it), microseconds");
+    app.add_option("--eager-bytes", eager_bytes,
+                   "Messages past this size (K/M) cost --rendezvous-alpha-us more (0: none)");
+    app.add_option("--rendezvous-alpha-us", rendezvous_alpha_us,
+                   "The rendezvous handshake of a message past --eager-bytes, microseconds");
   }
 
   sim::machine make() const {
@@ -89,6 +98,9 @@ struct machine_options {
     if (cached_gbs > 0) m.cached_beta = 1.0 / (cached_gbs * 1e9);
     if (ps_oversubscription > 0) m.ps_oversubscription = ps_oversubscription;
     if (!segment.empty()) m.segment_bytes = distcomm::parse_bytes(segment, "--segment");
+    if (call_us >= 0) m.call_alpha = call_us * 1e-6;
+    if (!eager_bytes.empty()) m.eager_bytes = distcomm::parse_bytes(eager_bytes, "--eager-bytes");
+    if (rendezvous_alpha_us >= 0) m.rendezvous_alpha = rendezvous_alpha_us * 1e-6;
     if (!have && link_gbps <= 0) {
       throw distcomm::invalid_argument_error(
           "describe the machine: --machine 25gbe-4gpu, or at least --link-gbps (and --alpha-us, "
@@ -306,6 +318,8 @@ struct calibrate_request {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   std::string cache = "0";
   std::string min_bytes = "0";
+  std::string eager = "0";
+  bool per_call = false;
   int ps_servers = 1;
   bool each = false;
 };
@@ -317,7 +331,8 @@ int calibrate_files(const calibrate_request& q) {
   std::optional<double> gamma;
   if (q.gamma_gbs > 0) gamma = 1.0 / (q.gamma_gbs * 1e9);
   const sim::calibration c =
-      sim::calibrate(samples, gamma, q.cores, distcomm::parse_bytes(q.cache, "--cache"));
+      sim::calibrate(samples, gamma, q.cores, distcomm::parse_bytes(q.cache, "--cache"), q.per_call,
+                     distcomm::parse_bytes(q.eager, "--eager"));
   report_errors("fitted", samples, c.errors, measured, q.files.size(), q.each);
   const sim::link& l = c.fitted.inter;
   std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node %d",
@@ -330,6 +345,11 @@ int calibrate_files(const calibrate_request& q) {
   if (c.fitted.cache_bytes != 0) {
     std::printf(" --cache-bytes %zu --cached-gbs %.4g", c.fitted.cache_bytes,
                 c.fitted.cached_beta > 0 ? 1.0 / c.fitted.cached_beta / 1e9 : 0.0);
+  }
+  if (q.per_call) std::printf(" --call-us %.3g", c.fitted.call_alpha * 1e6);
+  if (c.fitted.eager_bytes != 0) {
+    std::printf(" --eager-bytes %zu --rendezvous-alpha-us %.3g", c.fitted.eager_bytes,
+                c.fitted.rendezvous_alpha * 1e6);
   }
   std::printf("\n");
   if (!q.check.empty()) {
@@ -407,6 +427,12 @@ int main(int argc, char** argv) {
                   "caches (0: one beta for all)")
       ->capture_default_str();
   cal->add_option("--ps-servers", cq.ps_servers, "Servers of the parameter-server runs")
+      ->capture_default_str();
+  cal->add_flag("--per-call", cq.per_call,
+                "Fit a cost per allreduce too (--call-us: the call, the ranks agreeing on it)");
+  cal->add_option("--eager", cq.eager,
+                  "A transport's eager limit (K/M): fit what a message past it costs more "
+                  "(--rendezvous-alpha-us); 0: none")
       ->capture_default_str();
   cal->add_option("--min-bytes", cq.min_bytes,
                   "Leave out the sizes below this (K/M), fitted and held out alike: e.g. those a "

@@ -35,8 +35,11 @@ struct calibration {
 // only alpha and beta are fitted. `cores`: the cores of the node the samples ran on (0: as many
 // as ranks); samples of more ranks add oversubscribed_alpha to the unknowns. `cache_bytes`
 // (0: none): with samples on both sides of it, cached_beta is fitted for the smaller ones.
-// Coefficients that come out negative are set to 0 and the rest refitted.
+// `per_call`: call_alpha, a cost per allreduce, is fitted too; `eager_bytes` (0: none): the
+// rendezvous_alpha of messages past it too (either left out, at 0, when the samples cannot tell
+// it from alpha). Coefficients that come out negative are set to 0 and the rest refitted.
 calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma = {},
-                      int cores = 0, std::size_t cache_bytes = 0);
+                      int cores = 0, std::size_t cache_bytes = 0, bool per_call = false,
+                      std::size_t eager_bytes = 0);
 
 }  // namespace distcomm::sim

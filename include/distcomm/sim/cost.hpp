@@ -21,7 +21,8 @@
 //          (ring, inter, the node's L rings sharing its NIC), allgather in the node.
 // More ranks on a node than cores (machine::cores_per_node) add oversubscribed_alpha to every
 // message and multiply the node's beta and gamma by ranks / cores; an allreduce of at most
-// cache_bytes moves inside the node at cached_beta. native is modelled as ring.
+// cache_bytes moves inside the node at cached_beta. Every allreduce adds call_alpha, and every
+// message larger than eager_bytes rendezvous_alpha. native is modelled as ring.
 // Non-power-of-two rank counts for rd: the next power of two's rounds (the extra ranks fold in and
 // out, counted as one more round each way).
 #pragma once
@@ -54,6 +55,13 @@ struct machine {
   // buffers stay in the caches, where larger ones go to memory at intra.beta.
   std::size_t cache_bytes = 0;
   double cached_beta = 0;
+  // Every allreduce costs call_alpha once, whatever it sends: the call itself and the ranks
+  // agreeing on it before it runs (DISTCOMM_MISMATCH_CHECK's exchange).
+  double call_alpha = 0;
+  // Messages of more than eager_bytes (0: no limit) cost rendezvous_alpha more: the handshake of
+  // a transport's rendezvous protocol, as Open MPI's above its eager limit.
+  std::size_t eager_bytes = 0;
+  double rendezvous_alpha = 0;
 };
 
 enum class algorithm { ring, tree, recursive_doubling, parameter_server, hierarchical };
