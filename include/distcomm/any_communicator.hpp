@@ -134,8 +134,8 @@ class any_communicator {
   void synchronize() { get().synchronize(); }
 
   // Changing the fusion and strategy settings between collectives (communicator::retune; the
-  // engine's autotuner). Not every communicator can: hierarchical ones and cuda::fusion's cannot,
-  // and retune() then throws invalid_argument_error.
+  // engine's autotuner). Not every communicator can: cuda::fusion's cannot, and retune() then
+  // throws invalid_argument_error.
   bool retunable() const { return get().retunable(); }
   tuning current_tuning() { return get().current_tuning(); }
   void retune(const tuning& t) { get().retune(t); }
@@ -205,7 +205,7 @@ class any_communicator {
     virtual void retune(const tuning& t) = 0;
   };
 
-  // Whether Comm has retune() (communicator<> does; hierarchical_communicator does not).
+  // Whether Comm can retune() (communicator<> and hierarchical_communicator declare it).
   template <class C, class = void>
   struct has_retune : std::false_type {};
   template <class C>

@@ -152,6 +152,13 @@ class hierarchical_communicator {
   any_communicator shrink(std::chrono::duration<double> window);
   void synchronize() { progress_.drain(); }
 
+  // communicator::retune: the flat communicator's settings and the inter-host level's (same
+  // backend); the level inside a host keeps its own. current_tuning() is flat's. The grouped
+  // allreduce packs its tensors itself, so the fusion settings change only flat's calls.
+  static constexpr bool retunable = true;
+  tuning current_tuning() { return flat_.current_tuning(); }
+  void retune(const tuning& t);
+
  private:
   // The allreduce of `data` in place: hierarchical from the threshold, else flat.
   void reduce_in_place(tensor_view data, reduce_op op);

@@ -51,6 +51,13 @@ hierarchical_communicator::hierarchical_communicator(any_communicator flat, hier
       threshold_(threshold),
       name_(std::string(h_.intra().backend_name()) + "+" + h_.inter().backend_name()) {}
 
+void hierarchical_communicator::retune(const tuning& t) {
+  progress_.run("retune", [&] {
+    flat_.retune(t);
+    h_.inter().retune(t);
+  });
+}
+
 // ---- ordering ---------------------------------------------------------------------------------
 
 template <class F>
@@ -72,14 +79,15 @@ work hierarchical_communicator::post(F&& f) {
 // A send or receive: started in order, then completes in the background (progress.hpp).
 template <class Start>
 work hierarchical_communicator::post_p2p(Start&& start) {
-  return progress_.post_in_flight([start = std::forward<Start>(start)]() mutable -> detail::poll_fn {
-    work w = start();
-    return [w] {
-      if (!w.test()) return false;
-      w.wait();  // its error, if any
-      return true;
-    };
-  });
+  return progress_.post_in_flight(
+      [start = std::forward<Start>(start)]() mutable -> detail::poll_fn {
+        work w = start();
+        return [w] {
+          if (!w.test()) return false;
+          w.wait();  // its error, if any
+          return true;
+        };
+      });
 }
 
 // ---- allreduce --------------------------------------------------------------------------------
@@ -112,9 +120,9 @@ void hierarchical_communicator::reduce_grouped(const std::vector<tensor_view>& t
     if (n != 0) std::memcpy(packed_.data() + at, t.data, n);
     at += n;
   }
-  h_.allreduce(tensor_view{packed_.data(), bytes / dtype_size(tensors.front().type),
-                           tensors.front().type},
-               op);
+  h_.allreduce(
+      tensor_view{packed_.data(), bytes / dtype_size(tensors.front().type), tensors.front().type},
+      op);
   at = 0;
   for (const tensor_view& t : tensors) {
     const std::size_t n = t.count * dtype_size(t.type);
@@ -130,8 +138,8 @@ namespace {
 void check_pair(tensor_view in, tensor_view out) {
   if (in.count != out.count || in.type != out.type) {
     throw invalid_argument_error("allreduce: input (" + std::to_string(in.count) + " x " +
-                                 to_string(in.type) + ") and output (" +
-                                 std::to_string(out.count) + " x " + to_string(out.type) +
+                                 to_string(in.type) + ") and output (" + std::to_string(out.count) +
+                                 " x " + to_string(out.type) +
                                  ") differ; they must have the same count and dtype");
   }
 }
@@ -231,9 +239,8 @@ void hierarchical_communicator::alltoallv(tensor_view in, span<const std::size_t
                                           tensor_view out, span<const std::size_t> recv_counts,
                                           span<const std::size_t> send_displs,
                                           span<const std::size_t> recv_displs) {
-  run("alltoallv", [&] {
-    flat_.alltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
-  });
+  run("alltoallv",
+      [&] { flat_.alltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs); });
 }
 work hierarchical_communicator::ialltoallv(tensor_view in, span<const std::size_t> send_counts,
                                            tensor_view out, span<const std::size_t> recv_counts,
