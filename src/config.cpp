@@ -255,7 +255,7 @@ config config::from_env(const env_lookup& getenv) {
   if (get("DISTCOMM_FUSION_CUTOFF", v)) c.fusion_cutoff = parse_bytes(v, "DISTCOMM_FUSION_CUTOFF");
   if (get("DISTCOMM_SEGMENT_SIZE", v)) {
     const std::size_t bytes = parse_bytes(v, "DISTCOMM_SEGMENT_SIZE");
-    if (bytes < 64 || bytes > (std::size_t{1} << 30)) {
+    if (!valid_segment_bytes(bytes)) {
       throw invalid_argument_error(quote("DISTCOMM_SEGMENT_SIZE", v) +
                                    " is outside 64 bytes .. 1G");
     }

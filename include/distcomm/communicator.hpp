@@ -393,7 +393,7 @@ class communicator {
       throw invalid_argument_error(std::string("retune: the strategy or fusion policy of this '") +
                                    backend_name() + "' communicator cannot be made anew");
     } else {
-      if (t.segment_bytes < 64 || t.segment_bytes > (std::size_t{1} << 30)) {
+      if (!valid_segment_bytes(t.segment_bytes)) {
         throw invalid_argument_error("retune: segment size " + std::to_string(t.segment_bytes) +
                                      " is outside 64 bytes .. 1G");
       }

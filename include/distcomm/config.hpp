@@ -83,6 +83,14 @@ struct config {
   std::string to_string() const;
 };
 
+// The segment sizes DistComm accepts (DISTCOMM_SEGMENT_SIZE, communicator::retune, a saved
+// autotune choice).
+inline constexpr std::size_t min_segment_bytes = 64;
+inline constexpr std::size_t max_segment_bytes = std::size_t{1} << 30;
+inline bool valid_segment_bytes(std::size_t bytes) noexcept {
+  return bytes >= min_segment_bytes && bytes <= max_segment_bytes;
+}
+
 // The settings a communicator can change between two collectives (communicator::retune): what the
 // engine's autotuner tries. Every field is set, none left to the backend.
 struct tuning {

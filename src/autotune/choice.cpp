@@ -87,7 +87,7 @@ choice from_json(const std::string& text, const std::string& source) {
   }
   if (c.ranks < 1) throw bad("\"ranks\" is " + std::to_string(c.ranks));
   if (!(c.cycle_ms > 0) || !std::isfinite(c.cycle_ms)) throw bad("\"cycle_ms\" is not positive");
-  if (c.settings.segment_bytes < 64 || c.settings.segment_bytes > (std::size_t{1} << 30)) {
+  if (!valid_segment_bytes(c.settings.segment_bytes)) {
     throw bad("\"segment_bytes\" is outside 64 bytes .. 1G");
   }
   return c;

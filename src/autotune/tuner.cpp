@@ -135,7 +135,7 @@ tuner::tuner(any_communicator& comm, any_communicator& control, const config& cf
 std::chrono::duration<double> tuner::after_cycle(const std::vector<int>& allreduces,
                                                  const std::vector<batch>& batches,
                                                  const std::vector<handed>& tensors) {
-  if (phase_ == phase::off || phase_ == phase::done || allreduces.empty()) return cycle_;
+  if (!searching() || allreduces.empty()) return cycle_;
   if (marker_ < 0) {
     // A step's first tensor: the first allreduce run a second time (a one-off, such as an
     // average at start-up, never is). Every rank runs the same entries, so picks the same.

@@ -482,7 +482,7 @@ struct engine::impl {
       if (!run_batch(items, k, end, pl, active, begin_wall)) return false;
       k = end;
     }
-    return !tuner || tune(pl, mine);
+    return !tuner || !tuner->searching() || tune(pl, mine);
   }
 
   // Tells the autotuner what ran; it may change the settings (the same on every rank, here).

@@ -62,7 +62,7 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
   // Each unknown scaled to a unit diagonal (they differ by orders of magnitude: seconds per
   // message against seconds per byte), then Gaussian elimination with partial pivoting; a pivot
   // that vanishes next to 1 means samples that do not tell the unknowns apart.
-  double scale[unknowns] = {1, 1, 1, 1, 1, 1, 1};
+  coefficients scale{};
   for (std::size_t r = 0; r < n; ++r) {
     if (a[r][r] <= 0) return false;
     scale[r] = 1 / std::sqrt(a[r][r]);

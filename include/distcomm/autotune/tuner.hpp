@@ -52,6 +52,8 @@ class tuner {
   // Whether the engine should pass batches and handed tensors to after_cycle() (only in the
   // step the model is fitted to).
   bool wants_detail() const noexcept { return phase_ == phase::fitting; }
+  // Whether after_cycle() still has anything to do (searching, not done or off).
+  bool searching() const noexcept { return phase_ != phase::off && phase_ != phase::done; }
   // On the engine's thread after a cycle ran collectives: `allreduces` the cache entries of the
   // allreduces it ran, in order. Collective on `control` when a measurement ends (the same cycle
   // on every rank). Returns the cycle time to use from now on.
