@@ -207,8 +207,10 @@ void tuner::start_search() {
       if (b.bytes > 0 && b.seconds > 0)
         samples.push_back({sim::algorithm::ring, p, b.bytes, b.seconds});
     }
+    sim::calibrate_options folded;
+    folded.gamma = 0.0;  // gamma folded into beta
     try {
-      m = sim::calibrate(samples, 0.0).fitted;  // gamma folded into beta
+      m = sim::calibrate(samples, folded).fitted;
     } catch (const invalid_argument_error&) {
       // One size only, or too few: no model; the grids keep their own order.
     }

@@ -18,7 +18,7 @@ using coefficients = std::array<double, unknowns>;  // seconds per unit of each
 // The model's time for `s` on one node of `node` ranks, `cores` cores and `cache` bytes of cache,
 // with one unknown 1.
 coefficients coefficients_of(const sample& s, int node, int cores, std::size_t cache,
-                             std::size_t eager) {
+                             std::size_t eager, double one_way) {
   coefficients c{};
   for (std::size_t i = 0; i < unknowns; ++i) {
     machine unit;
@@ -32,6 +32,7 @@ coefficients coefficients_of(const sample& s, int node, int cores, std::size_t c
     unit.cache_bytes = cache;
     unit.ranks_per_node = node;
     unit.cores_per_node = cores;
+    unit.one_way = one_way;
     c[i] = allreduce_seconds(s.algo, unit, s.bytes, s.ranks, s.ps_servers);
   }
   return c;
@@ -92,40 +93,31 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
   return true;
 }
 
-}  // namespace
-
-calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma, int cores,
-                      std::size_t cache_bytes, bool per_call, std::size_t eager_bytes) {
-  int node = 1;  // every sample's ranks on one node
-  bool oversubscribed = false, cached = false, uncached = false;
-  for (const sample& s : samples) {
-    node = std::max(node, s.ranks);
-    if (cores > 0 && s.ranks > cores) oversubscribed = true;
-    (cache_bytes != 0 && s.bytes <= cache_bytes ? cached : uncached) = true;
-  }
-  // Both sides of the cache size measured, or one beta for all.
-  if (!cached || !uncached) cache_bytes = 0;
+// The linear fit at one one-way factor: the unknowns and the samples' coefficients.
+struct linear_fit {
+  coefficients x{};
   std::vector<coefficients> c;
+  double objective = 0;  // sum of squared relative errors
+};
+
+linear_fit fit_at(const std::vector<sample>& samples, int node, const calibrate_options& o,
+                  std::size_t cache_bytes, bool oversubscribed, double one_way) {
+  linear_fit f;
   std::vector<double> t;
   for (const sample& s : samples) {
-    if (!(s.seconds > 0)) {
-      throw invalid_argument_error("calibrate: a sample of " + std::to_string(s.bytes) +
-                                   " bytes took no time");
-    }
-    c.push_back(coefficients_of(s, node, cores, cache_bytes, eager_bytes));
+    f.c.push_back(coefficients_of(s, node, o.cores, cache_bytes, o.eager_bytes, one_way));
     t.push_back(s.seconds);
   }
   std::array<bool, unknowns> free = {
-      true, true, !gamma, oversubscribed, cache_bytes != 0, per_call, eager_bytes != 0};
-  coefficients fixed = {0, 0, gamma ? *gamma : 0, 0, 0, 0, 0};
+      true, true, !o.gamma, oversubscribed, cache_bytes != 0, o.per_call, o.eager_bytes != 0};
+  coefficients fixed = {0, 0, o.gamma ? *o.gamma : 0, 0, 0, 0, 0};
   const auto wanted = static_cast<std::size_t>(std::count(free.begin(), free.end(), true));
   if (samples.size() < wanted) {
     throw invalid_argument_error("calibrate: " + std::to_string(samples.size()) + " samples for " +
                                  std::to_string(wanted) + " unknowns");
   }
-  coefficients x{};
   for (;;) {
-    if (!solve(c, t, free, fixed, x)) {
+    if (!solve(f.c, t, free, fixed, f.x)) {
       // The call's or the rendezvous' alpha asked for but not told apart from the per-message
       // alpha (one strategy, no size past the eager limit): without them.
       if (free[call] || free[rendezvous]) {
@@ -140,7 +132,7 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
     // A negative coefficient means the data does not see it: 0, and fit the others again.
     bool again = false;
     for (std::size_t i = 0; i < unknowns; ++i) {
-      if (free[i] && x[i] < 0) {
+      if (free[i] && f.x[i] < 0) {
         free[i] = false;
         fixed[i] = 0;
         again = true;
@@ -148,22 +140,71 @@ calibration calibrate(const std::vector<sample>& samples, std::optional<double> 
     }
     if (!again) break;
   }
+  for (std::size_t k = 0; k < f.c.size(); ++k) {
+    double predicted = 0;
+    for (std::size_t i = 0; i < unknowns; ++i) predicted += f.c[k][i] * f.x[i];
+    const double e = predicted / t[k] - 1;
+    f.objective += e * e;
+  }
+  return f;
+}
+
+bool one_way_strategy(algorithm a) {
+  return a == algorithm::tree || a == algorithm::parameter_server;
+}
+
+}  // namespace
+
+calibration calibrate(const std::vector<sample>& samples, const calibrate_options& options) {
+  int node = 1;  // every sample's ranks on one node
+  bool oversubscribed = false, cached = false, uncached = false, one_way = false, exchange = false;
+  for (const sample& s : samples) {
+    if (!(s.seconds > 0)) {
+      throw invalid_argument_error("calibrate: a sample of " + std::to_string(s.bytes) +
+                                   " bytes took no time");
+    }
+    node = std::max(node, s.ranks);
+    if (options.cores > 0 && s.ranks > options.cores) oversubscribed = true;
+    (options.cache_bytes != 0 && s.bytes <= options.cache_bytes ? cached : uncached) = true;
+    (one_way_strategy(s.algo) ? one_way : exchange) = true;
+  }
+  // Both sides of the cache size measured, or one beta for all.
+  const std::size_t cache_bytes = cached && uncached ? options.cache_bytes : 0;
+  double factor = 1;
+  linear_fit best = fit_at(samples, node, options, cache_bytes, oversubscribed, factor);
+  if (options.one_way && one_way && exchange) {
+    // The objective is smooth in the factor: a coarse search, then a fine one around the best.
+    constexpr double lowest = 0.1, highest = 2.0;
+    const auto search = [&](double from, double to, double step) {
+      for (double f = std::max(from, lowest); f <= std::min(to, highest) + step / 2; f += step) {
+        linear_fit at = fit_at(samples, node, options, cache_bytes, oversubscribed, f);
+        if (at.objective < best.objective) {
+          best = std::move(at);
+          factor = f;
+        }
+      }
+    };
+    search(lowest, highest, 0.05);
+    search(factor - 0.05, factor + 0.05, 0.005);
+  }
+  const coefficients& x = best.x;
   calibration out;
   out.fitted.inter = out.fitted.intra = link{x[0], x[1]};
   out.fitted.gamma = x[2];
   out.fitted.oversubscribed_alpha = x[3];
   out.fitted.ranks_per_node = node;
-  out.fitted.cores_per_node = cores;
+  out.fitted.cores_per_node = options.cores;
   out.fitted.cached_beta = x[4];
   out.fitted.cache_bytes = cache_bytes;
   out.fitted.call_alpha = x[call];
-  out.fitted.eager_bytes = x[rendezvous] > 0 ? eager_bytes : 0;
+  out.fitted.eager_bytes = x[rendezvous] > 0 ? options.eager_bytes : 0;
   out.fitted.rendezvous_alpha = x[rendezvous];
+  out.fitted.one_way = factor;
   std::vector<double> abs_errors;
-  for (std::size_t k = 0; k < c.size(); ++k) {
+  for (std::size_t k = 0; k < best.c.size(); ++k) {
     double predicted = 0;
-    for (std::size_t i = 0; i < unknowns; ++i) predicted += c[k][i] * x[i];
-    out.errors.push_back(predicted / t[k] - 1);
+    for (std::size_t i = 0; i < unknowns; ++i) predicted += best.c[k][i] * x[i];
+    out.errors.push_back(predicted / samples[k].seconds - 1);
     abs_errors.push_back(std::fabs(out.errors.back()));
   }
   std::sort(abs_errors.begin(), abs_errors.end());

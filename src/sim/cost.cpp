@@ -49,7 +49,8 @@ double tree(const machine& m, double n, int p) {
   const int depth = ceil_log2(p + 1) - 1;  // floor(log2 p)
   const double kids = std::min(2, p - 1);
   const double stages = depth + segs - 1;
-  return 2.0 * stages * (alpha_of(m, l, s) + kids * s * l.beta) + stages * kids * s * m.gamma;
+  return 2.0 * stages * m.one_way * (alpha_of(m, l, s) + kids * s * l.beta) +
+         stages * kids * s * m.gamma;
 }
 
 double recursive_doubling(const machine& m, double n, int p) {
@@ -79,7 +80,8 @@ double parameter_server(const machine& m, double n, int p, int k) {
   const double busiest = std::max(n, (p - 1) * share * m.ps_oversubscription);
   // A server takes a message from each of the other ranks, a rank sends one to each server.
   const double messages = std::max(k, p - 1);
-  return 2.0 * (messages * alpha_of(m, l, share) + busiest * l.beta) + (p - 1) * share * m.gamma;
+  return 2.0 * m.one_way * (messages * alpha_of(m, l, share) + busiest * l.beta) +
+         (p - 1) * share * m.gamma;
 }
 
 double hierarchical(const machine& m, double n, int p) {

@@ -2,7 +2,8 @@
 # distcomm-sim calibrate on sweeps just measured: distcomm-bench-local (2 threads), ring, rd and
 # tree, 8 B to 1 MiB, --json; ring and rd fitted, tree held out (--check); passes when the fit
 # prints its summary, its machine line and every sample's row, and the held-out summary; and
-# --min-bytes leaves the smaller sizes out of both; --per-call fits a cost per call.
+# --min-bytes leaves the smaller sizes out of both; --per-call fits a cost per call; --one-way
+# the one-way factor, in a machine line that `distcomm-sim allreduce` takes as it is.
 # usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM
 set -u
 [ $# -eq 2 ] || { echo "usage: sim_calibrate.sh BENCH_LOCAL DISTCOMM_SIM" >&2; exit 2; }
@@ -37,4 +38,13 @@ grep -Eq '^# fitted: 6 samples ' "$work/min" && grep -Eq '^# held out: 3 samples
   >"$work/call" 2>&1 || { cat "$work/call"; echo "FAIL: calibrate --per-call"; exit 1; }
 grep -Eq -- '--call-us [0-9.e+-]+' "$work/call" ||
   { cat "$work/call"; echo "FAIL: no --call-us in the fitted machine"; exit 1; }
+# --one-way: the factor of the tree's one-way messages, printed with the machine.
+"$2" calibrate --per-call --one-way "$work/ring.json" "$work/rd.json" "$work/tree.json" \
+  >"$work/oneway" 2>&1 || { cat "$work/oneway"; echo "FAIL: calibrate --one-way"; exit 1; }
+machine=$(grep -E -- '^--alpha-us .* --one-way [0-9.e+-]+$' "$work/oneway") ||
+  { cat "$work/oneway"; echo "FAIL: no --one-way in the fitted machine"; exit 1; }
+# shellcheck disable=SC2086 # the machine line is options, split on purpose
+"$2" allreduce $machine --ranks 2 --bytes 8,1M >"$work/table" 2>&1 &&
+  grep -Eq '^ +1048576 ' "$work/table" ||
+  { cat "$work/table"; echo "FAIL: distcomm-sim allreduce does not take the fitted machine"; exit 1; }
 echo PASS

@@ -82,6 +82,10 @@ TEST_CASE("sim: tree, 2 (d + m - 1) stages of a segment from or to each child") 
   m.gamma = 1e-10;  // each stage combines a segment from each child
   CHECK(t(algorithm::tree, m, mb4, 4) ==
         doctest::Approx(2 * 5 * (1e-5 + 2e-3) + 5 * 2 * 1e6 * 1e-10));
+  // Its messages go one way: at half an exchange's cost, alpha and beta halve, gamma does not.
+  m.one_way = 0.5;
+  CHECK(t(algorithm::tree, m, mb4, 4) ==
+        doctest::Approx(5 * (1e-5 + 2e-3) + 5 * 2 * 1e6 * 1e-10));
 }
 
 TEST_CASE("sim: recursive doubling, log2 p rounds of n; a node's ranks share its link") {
@@ -100,6 +104,11 @@ TEST_CASE("sim: parameter server, the busiest end's messages and bytes") {
   machine m = flat();
   m.ps_oversubscription = 2;  // two servers on each link
   CHECK(t(algorithm::parameter_server, m, mb4, 4, 4) == doctest::Approx(2 * (4e-5 + 6e-3)));
+  m.one_way = 0.5;  // pushes and pulls go one way; a ring's and rd's messages are exchanges
+  CHECK(t(algorithm::parameter_server, m, mb4, 4, 4) == doctest::Approx(4e-5 + 6e-3));
+  CHECK(t(algorithm::ring, m, mb4, 4) == t(algorithm::ring, flat(), mb4, 4));
+  CHECK(t(algorithm::recursive_doubling, m, mb4, 4) ==
+        t(algorithm::recursive_doubling, flat(), mb4, 4));
 }
 
 TEST_CASE("sim: hierarchical, inside the node, across the nodes sharing the NIC, inside again") {
@@ -262,7 +271,9 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
   CHECK(c.errors.size() == s.size());
 
   // gamma given (from the kernels' benchmark): only alpha and beta are fitted.
-  const calibration g = calibrate(s, 1 / 10e9);
+  calibrate_options given;
+  given.gamma = 1 / 10e9;
+  const calibration g = calibrate(s, given);
   CHECK(g.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
   CHECK(g.fitted.gamma == 1 / 10e9);
 
@@ -279,7 +290,9 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
       }
     }
   }
-  const calibration o = calibrate(both, {}, 2);
+  calibrate_options two_cores;
+  two_cores.cores = 2;
+  const calibration o = calibrate(both, two_cores);
   CHECK(o.fitted.oversubscribed_alpha == doctest::Approx(3e-5).epsilon(1e-6));
   CHECK(o.fitted.inter.alpha == doctest::Approx(5e-6).epsilon(1e-6));
   CHECK(o.fitted.ranks_per_node == 4);
@@ -298,12 +311,16 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
       sizes.push_back({a, 8, n, allreduce_seconds(a, cached, n, 8)});
     }
   }
-  const calibration k = calibrate(sizes, {}, 0, std::size_t{1} << 20);
+  calibrate_options mib;
+  mib.cache_bytes = std::size_t{1} << 20;
+  const calibration k = calibrate(sizes, mib);
   CHECK(k.fitted.cached_beta == doctest::Approx(1 / 20e9).epsilon(1e-6));
   CHECK(k.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
   CHECK(k.max_error < 1e-6);
   // All samples on one side of the cache size: one beta.
-  CHECK(calibrate(s, {}, 0, std::size_t{1} << 30).fitted.cache_bytes == 0);
+  calibrate_options gib;
+  gib.cache_bytes = std::size_t{1} << 30;
+  CHECK(calibrate(s, gib).fitted.cache_bytes == 0);
 
   // A cost per call and a rendezvous past 4 KiB, fitted when asked for.
   machine mpi_like = truth;
@@ -319,7 +336,10 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
       }
     }
   }
-  const calibration r = calibrate(calls, {}, 0, 0, true, 4096);
+  calibrate_options rendezvous;
+  rendezvous.per_call = true;
+  rendezvous.eager_bytes = 4096;
+  const calibration r = calibrate(calls, rendezvous);
   CHECK(r.fitted.call_alpha == doctest::Approx(2e-6).epsilon(1e-6));
   CHECK(r.fitted.rendezvous_alpha == doctest::Approx(4e-6).epsilon(1e-6));
   CHECK(r.fitted.eager_bytes == 4096);
@@ -333,9 +353,40 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
     rd_only.push_back({algorithm::recursive_doubling, 2, n,
                        allreduce_seconds(algorithm::recursive_doubling, truth, n, 2)});
   }
-  const calibration none = calibrate(rd_only, 1 / 10e9, 0, 0, true);
+  calibrate_options per_call = given;
+  per_call.per_call = true;
+  const calibration none = calibrate(rd_only, per_call);
   CHECK(none.fitted.call_alpha == 0);
   CHECK(none.fitted.inter.alpha == doctest::Approx(5e-6).epsilon(1e-6));
+
+  // One-way messages (tree, ps) at 0.6 of an exchange's cost: the factor is found by its search,
+  // the rest as before; asked for without a one-way strategy among the samples, it stays 1.
+  machine duplex = truth;
+  duplex.call_alpha = 1e-6;
+  duplex.one_way = 0.6;
+  std::vector<sample> kinds;
+  for (algorithm a : {algorithm::ring, algorithm::recursive_doubling, algorithm::tree,
+                      algorithm::parameter_server}) {
+    for (int p : {2, 4}) {
+      for (std::size_t n :
+           {std::size_t{8}, std::size_t{4096}, std::size_t{1} << 20, std::size_t{16} << 20}) {
+        kinds.push_back({a, p, n, allreduce_seconds(a, duplex, n, p)});
+      }
+    }
+  }
+  calibrate_options both_ways;
+  both_ways.per_call = true;
+  both_ways.one_way = true;
+  const calibration w = calibrate(kinds, both_ways);
+  CHECK(w.fitted.one_way == doctest::Approx(0.6).epsilon(1e-6));
+  CHECK(w.fitted.inter.alpha == doctest::Approx(5e-6).epsilon(1e-6));
+  CHECK(w.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
+  CHECK(w.max_error < 1e-6);
+  CHECK(calibrate(kinds).max_error > 0.05);  // one cost for both kinds
+  calibrate_options all = rendezvous;  // mpi_like's one-way messages cost what exchanges do
+  all.one_way = true;
+  CHECK(calibrate(calls, all).fitted.one_way == doctest::Approx(1).epsilon(1e-6));
+  CHECK(calibrate(both, both_ways).fitted.one_way == 1);  // ring and rd only
 
   // Times that do not grow with size: beta and gamma come out 0, not negative.
   std::vector<sample> flat_times;

@@ -40,7 +40,7 @@ struct machine_options {
   double cached_gbs = -1;
   double ps_oversubscription = -1, oversubscribed_alpha_us = -1;
   std::string segment;
-  double call_us = -1, rendezvous_alpha_us = -1;
+  double call_us = -1, rendezvous_alpha_us = -1, one_way = -1;
   std::string eager_bytes;
 
   void add_to(CLI::App& app) {
@@ -70,6 +70,10 @@ struct machine_options {
                    "Messages past this size (K/M) cost --rendezvous-alpha-us more (0: none)");
     app.add_option("--rendezvous-alpha-us", rendezvous_alpha_us,
                    "The rendezvous handshake of a message past --eager-bytes, microseconds");
+    app.add_option("--one-way", one_way,
+                   "What a one-way message (tree, ps) costs against an exchange (ring, rd): a "
+                   "factor on its alpha and beta (default 1)")
+        ->check(CLI::PositiveNumber);
   }
 
   sim::machine make() const {
@@ -101,6 +105,7 @@ struct machine_options {
     if (call_us >= 0) m.call_alpha = call_us * 1e-6;
     if (!eager_bytes.empty()) m.eager_bytes = distcomm::parse_bytes(eager_bytes, "--eager-bytes");
     if (rendezvous_alpha_us >= 0) m.rendezvous_alpha = rendezvous_alpha_us * 1e-6;
+    if (one_way > 0) m.one_way = one_way;
     if (!have && link_gbps <= 0) {
       throw distcomm::invalid_argument_error(
           "describe the machine: --machine 25gbe-4gpu, or at least --link-gbps (and --alpha-us, "
@@ -320,6 +325,7 @@ struct calibrate_request {
   std::string min_bytes = "0";
   std::string eager = "0";
   bool per_call = false;
+  bool one_way = false;
   int ps_servers = 1;
   bool each = false;
 };
@@ -328,11 +334,14 @@ int calibrate_files(const calibrate_request& q) {
   std::size_t measured = 0;
   const std::size_t min_bytes = distcomm::parse_bytes(q.min_bytes, "--min-bytes");
   const std::vector<sim::sample> samples = medians_of(q.files, q.ps_servers, min_bytes, &measured);
-  std::optional<double> gamma;
-  if (q.gamma_gbs > 0) gamma = 1.0 / (q.gamma_gbs * 1e9);
-  const sim::calibration c =
-      sim::calibrate(samples, gamma, q.cores, distcomm::parse_bytes(q.cache, "--cache"), q.per_call,
-                     distcomm::parse_bytes(q.eager, "--eager"));
+  sim::calibrate_options o;
+  if (q.gamma_gbs > 0) o.gamma = 1.0 / (q.gamma_gbs * 1e9);
+  o.cores = q.cores;
+  o.cache_bytes = distcomm::parse_bytes(q.cache, "--cache");
+  o.per_call = q.per_call;
+  o.eager_bytes = distcomm::parse_bytes(q.eager, "--eager");
+  o.one_way = q.one_way;
+  const sim::calibration c = sim::calibrate(samples, o);
   report_errors("fitted", samples, c.errors, measured, q.files.size(), q.each);
   const sim::link& l = c.fitted.inter;
   std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node %d",
@@ -351,6 +360,7 @@ int calibrate_files(const calibrate_request& q) {
     std::printf(" --eager-bytes %zu --rendezvous-alpha-us %.3g", c.fitted.eager_bytes,
                 c.fitted.rendezvous_alpha * 1e6);
   }
+  if (q.one_way) std::printf(" --one-way %.3g", c.fitted.one_way);
   std::printf("\n");
   if (!q.check.empty()) {
     // Held out: measured, not fitted; the fitted machine predicts them.
@@ -430,6 +440,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cal->add_flag("--per-call", cq.per_call,
                 "Fit a cost per allreduce too (--call-us: the call, the ranks agreeing on it)");
+  cal->add_flag("--one-way", cq.one_way,
+                "Fit what a one-way message (tree, ps) costs against an exchange (ring, rd) too "
+                "(--one-way): needs samples of both kinds");
   cal->add_option("--eager", cq.eager,
                   "A transport's eager limit (K/M): fit what a message past it costs more "
                   "(--rendezvous-alpha-us); 0: none")

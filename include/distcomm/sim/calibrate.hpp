@@ -3,7 +3,8 @@
 // least squares on the relative error; with samples of more ranks than the node's cores, also
 // the oversubscribed alpha, and with a cache size, the beta of the allreduces that fit in it. Every
 // closed form of cost.hpp is linear in these on one kind of link, so the fit is a linear one: each
-// sample's coefficients are the model's time at one unknown 1 and the others 0.
+// sample's coefficients are the model's time at one unknown 1 and the others 0. The one-way
+// factor multiplies some of them: it is searched, with a linear fit at each value.
 #pragma once
 
 #include <cstddef>
@@ -30,16 +31,28 @@ struct calibration {
   std::vector<double> errors;  // signed predicted / measured - 1, one per sample
 };
 
+// What to fit besides alpha and beta, and what to keep.
+struct calibrate_options {
+  // Kept at this (e.g. from distcomm-bench-kernels): only alpha and beta are fitted for it.
+  std::optional<double> gamma;
+  // The cores of the node the samples ran on (0: as many as ranks); samples of more ranks add
+  // oversubscribed_alpha to the unknowns.
+  int cores = 0;
+  // 0: none; with samples on both sides of it, cached_beta is fitted for the smaller ones.
+  std::size_t cache_bytes = 0;
+  // call_alpha, a cost per allreduce, too.
+  bool per_call = false;
+  // 0: none; the rendezvous_alpha of messages past it too.
+  std::size_t eager_bytes = 0;
+  // machine::one_way too, by a search over 0.1-2 (the rest stays a linear fit at each value):
+  // needs samples of a one-way strategy (tree, ps) and of an exchange (ring, rd).
+  bool one_way = false;
+};
+
 // invalid_argument_error with fewer samples than unknowns, or samples that cannot separate
-// them (e.g. one size only). `gamma`, when given, is kept (e.g. from distcomm-bench-kernels) and
-// only alpha and beta are fitted. `cores`: the cores of the node the samples ran on (0: as many
-// as ranks); samples of more ranks add oversubscribed_alpha to the unknowns. `cache_bytes`
-// (0: none): with samples on both sides of it, cached_beta is fitted for the smaller ones.
-// `per_call`: call_alpha, a cost per allreduce, is fitted too; `eager_bytes` (0: none): the
-// rendezvous_alpha of messages past it too (either left out, at 0, when the samples cannot tell
-// it from alpha). Coefficients that come out negative are set to 0 and the rest refitted.
-calibration calibrate(const std::vector<sample>& samples, std::optional<double> gamma = {},
-                      int cores = 0, std::size_t cache_bytes = 0, bool per_call = false,
-                      std::size_t eager_bytes = 0);
+// them (e.g. one size only). call_alpha and rendezvous_alpha are left out, at 0, when the samples
+// cannot tell them from alpha, one_way at 1 without samples of both kinds. Coefficients that
+// come out negative are set to 0 and the rest refitted.
+calibration calibrate(const std::vector<sample>& samples, const calibrate_options& options = {});
 
 }  // namespace distcomm::sim

@@ -22,7 +22,10 @@
 // More ranks on a node than cores (machine::cores_per_node) add oversubscribed_alpha to every
 // message and multiply the node's beta and gamma by ranks / cores; an allreduce of at most
 // cache_bytes moves inside the node at cached_beta. Every allreduce adds call_alpha, and every
-// message larger than eager_bytes rendezvous_alpha. native is modelled as ring.
+// message larger than eager_bytes rendezvous_alpha. The tree's and the parameter server's
+// messages go one way (a stage's busiest end only takes, or only gives), the others' are
+// exchanges (each rank sends and takes at once): a one-way message costs one_way times an
+// exchange's alpha and beta. native is modelled as ring.
 // Non-power-of-two rank counts for rd: the next power of two's rounds (the extra ranks fold in and
 // out, counted as one more round each way).
 #pragma once
@@ -62,6 +65,10 @@ struct machine {
   // a transport's rendezvous protocol, as Open MPI's above its eager limit.
   std::size_t eager_bytes = 0;
   double rendezvous_alpha = 0;
+  // A message that goes one way while nothing comes back costs this times an exchange's alpha
+  // and beta: 1 on a full-duplex link with the cores to drive both ways; less where the two
+  // directions share something (the memory and the cores of a shared-memory transport).
+  double one_way = 1;
 };
 
 enum class algorithm { ring, tree, recursive_doubling, parameter_server, hierarchical };
