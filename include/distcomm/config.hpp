@@ -98,9 +98,13 @@ struct tuning {
   std::size_t fusion_cutoff = 0;
   std::size_t segment_bytes = 0;
   algo_table algo;  // strategy::automatic's table; empty: the backend's own
+  // A hierarchical communicator's (hierarchical.hpp): allreduces of at least this many bytes go
+  // the hierarchical way. 0: a flat communicator's tuning, or (to retune) leave it as it is.
+  std::size_t hierarchical_threshold = 0;
   bool operator==(const tuning& o) const {
     return fusion_threshold == o.fusion_threshold && fusion_cutoff == o.fusion_cutoff &&
-           segment_bytes == o.segment_bytes && algo.to_string() == o.algo.to_string();
+           segment_bytes == o.segment_bytes && algo.to_string() == o.algo.to_string() &&
+           hierarchical_threshold == o.hierarchical_threshold;
   }
 };
 

@@ -153,10 +153,12 @@ class hierarchical_communicator {
   void synchronize() { progress_.drain(); }
 
   // communicator::retune: the flat communicator's settings and the inter-host level's (same
-  // backend); the level inside a host keeps its own. current_tuning() is flat's. The grouped
-  // allreduce packs its tensors itself, so the fusion settings change only flat's calls.
+  // backend), and the threshold (t.hierarchical_threshold, unless 0); the level inside a host
+  // keeps its own. current_tuning() is flat's with the threshold. The grouped allreduce packs its
+  // tensors itself, so the fusion settings change only flat's calls. Every rank must retune to
+  // the same threshold: mismatch_error otherwise (it is agreed by an allreduce on flat).
   static constexpr bool retunable = true;
-  tuning current_tuning() { return flat_.current_tuning(); }
+  tuning current_tuning();
   void retune(const tuning& t);
 
  private:

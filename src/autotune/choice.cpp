@@ -27,6 +27,9 @@ std::string choice::describe() const {
      << format_bytes(settings.fusion_cutoff) << ", segment " << format_bytes(settings.segment_bytes)
      << ", table "
      << (settings.algo.empty() ? std::string("(backend's)") : settings.algo.to_string())
+     << (settings.hierarchical_threshold != 0
+             ? ", hierarchical from " + format_bytes(settings.hierarchical_threshold)
+             : std::string())
      << ", cycle " << cycle_ms << " ms";
   return os.str();
 }
@@ -48,6 +51,9 @@ std::string to_json(const choice& c) {
   j["segment_bytes"] = c.settings.segment_bytes;
   j["algo"] = c.settings.algo.to_string();
   j["cycle_ms"] = c.cycle_ms;
+  if (c.settings.hierarchical_threshold != 0) {
+    j["hierarchical_threshold"] = c.settings.hierarchical_threshold;
+  }
   j["step_seconds"] = c.step_seconds;
   j["start_seconds"] = c.start_seconds;
   j["trials"] = c.trials;
@@ -79,6 +85,7 @@ choice from_json(const std::string& text, const std::string& source) {
     const std::string algo = j.at("algo").get<std::string>();
     if (!algo.empty()) c.settings.algo = algo_table::parse(algo, source + ": \"algo\"");
     c.cycle_ms = j.at("cycle_ms").get<double>();
+    c.settings.hierarchical_threshold = j.value("hierarchical_threshold", std::size_t{0});
     c.step_seconds = j.value("step_seconds", 0.0);
     c.start_seconds = j.value("start_seconds", 0.0);
     c.trials = j.value("trials", 0);

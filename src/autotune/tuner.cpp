@@ -28,6 +28,9 @@ const std::vector<double> cycle_grid_ms = {0.5, 1, 2.5, 5, 10};
 const std::vector<double> cutoff_grid = {64 * KiB, 1 * MiB, 4 * MiB, 0};  // 0: pack every tensor
 const std::vector<double> segment_grid = {64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB};
 const std::vector<double> table_scales = {1, 4, 0.25, 16, 1.0 / 16};
+// A hierarchical communicator's threshold (hierarchical.hpp; its default of 256 KiB was measured
+// over 1 Gbit/s links between namespace-hosts).
+const std::vector<double> hierarchical_grid = {64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB};
 
 // `grid` with `start` first, then the rest nearest to it first (on a log scale; 0, "none", last).
 std::vector<double> around(double start, const std::vector<double>& grid) {
@@ -54,7 +57,15 @@ std::vector<double> by_model(std::vector<double> grid, Predict&& predict) {
   return grid;
 }
 
-enum slot : std::size_t { threshold = 0, cycle = 1, cutoff = 2, segment = 3, table = 4 };
+enum slot : std::size_t {
+  threshold = 0,
+  cycle = 1,
+  cutoff = 2,
+  segment = 3,
+  table = 4,
+  hierarchy = 5,
+  slots = 6
+};
 
 }  // namespace
 
@@ -249,15 +260,19 @@ void tuner::start_search() {
             thresholds.begin());
   std::copy(order.begin() + static_cast<std::ptrdiff_t>(thresholds.size()), order.end(),
             cycles.begin());
-  std::vector<parameter> params(5);
+  std::vector<parameter> params(slots);
   params[threshold] = {"fusion_threshold", thresholds};
   params[cycle] = {"cycle_ms", cycles};
   params[cutoff] = {"fusion_cutoff", around(static_cast<double>(base_.fusion_cutoff), cutoff_grid)};
   params[segment] = {"segment_bytes",
                      around(static_cast<double>(base_.segment_bytes), segment_grid)};
   params[table] = {"table_scale", table_scales};
+  // 0: not a hierarchical communicator, nothing to try.
+  const auto across = static_cast<double>(base_.hierarchical_threshold);
+  params[hierarchy] = {"hierarchical_threshold",
+                       across > 0 ? around(across, hierarchical_grid) : std::vector<double>{0}};
   if (!comm_.retunable()) {
-    for (std::size_t i : {threshold, cutoff, segment, table}) {
+    for (std::size_t i : {threshold, cutoff, segment, table, hierarchy}) {
       params[i].values.resize(1);  // only the engine's own cycle can change
     }
   }
@@ -286,6 +301,7 @@ void tuner::apply(const std::vector<double>& point) {
   t.fusion_cutoff = static_cast<std::size_t>(point[cutoff]);
   t.segment_bytes = static_cast<std::size_t>(point[segment]);
   if (has_algo_) t.algo = scaled(base_.algo, point[table]);
+  t.hierarchical_threshold = static_cast<std::size_t>(point[hierarchy]);
   if (comm_.retunable() && !(t == comm_.current_tuning())) comm_.retune(t);
   cycle_ = std::chrono::duration<double>(point[cycle] / 1000.0);
   phase_ = phase::settling;

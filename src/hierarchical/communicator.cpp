@@ -1,6 +1,7 @@
 // hierarchical_communicator (hierarchical.hpp): the whole job's communicator whose large
 // allreduces go the hierarchical way; everything else is forwarded to a flat communicator, in
 // order, through this communicator's own progress.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -51,10 +52,28 @@ hierarchical_communicator::hierarchical_communicator(any_communicator flat, hier
       threshold_(threshold),
       name_(std::string(h_.intra().backend_name()) + "+" + h_.inter().backend_name()) {}
 
+tuning hierarchical_communicator::current_tuning() {
+  tuning t = flat_.current_tuning();
+  progress_.run("current_tuning", [&] { t.hierarchical_threshold = threshold_; });
+  return t;
+}
+
 void hierarchical_communicator::retune(const tuning& t) {
   progress_.run("retune", [&] {
     flat_.retune(t);
     h_.inter().retune(t);
+    // Which allreduces go the hierarchical way must be the same on every rank: the largest and
+    // the smallest threshold asked for, agreed before any rank uses its own.
+    const std::size_t asked = t.hierarchical_threshold != 0 ? t.hierarchical_threshold : threshold_;
+    std::int64_t range[2] = {static_cast<std::int64_t>(asked), -static_cast<std::int64_t>(asked)};
+    flat_.allreduce(tensor_view{range, 2, dtype::i64}, reduce_op::max);
+    if (range[0] != -range[1]) {
+      throw mismatch_error("retune: the ranks asked for different hierarchical thresholds (" +
+                           format_bytes(static_cast<std::size_t>(-range[1])) + " to " +
+                           format_bytes(static_cast<std::size_t>(range[0])) +
+                           "); every rank must retune to the same settings");
+    }
+    threshold_ = asked;
   });
 }
 

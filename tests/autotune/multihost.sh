@@ -2,7 +2,8 @@
 # Online autotuning across hosts: distcomm-bench-overlap --autotune on 2 namespace-hosts of 2 ranks
 # (tests/multihost/netns.sh), no backend named, so each engine runs over the hierarchical
 # communicator (shm inside each host, gloo across). Passes when the job exits 0, it ran
-# hierarchical, every rank ended the search on the same choice, and rank 0 saved it. Skipped
+# hierarchical, every rank ended the search on the same choice (its hierarchical threshold
+# included), and rank 0 saved it. Skipped
 # (77) where namespaces cannot be made.
 # usage: multihost.sh NETNS_SH BENCH_OVERLAP PROFILE
 set -u
@@ -25,4 +26,9 @@ choices=$(sed -n 's/.*# rank [0-9] autotune: \(fusion threshold .* ms\) after .*
 [ "$(printf '%s\n' "$choices" | sort -u | wc -l)" -eq 1 ] || fail "the ranks chose differently"
 grep -q '"format": "distcomm-autotune 1"' "$work/choice.json" 2>/dev/null ||
   fail "rank 0 saved no choice"
+# The threshold from which an allreduce goes the hierarchical way is one of the settings.
+printf '%s\n' "$choices" | head -1 | grep -q 'hierarchical from [0-9]' ||
+  fail "the choice has no hierarchical threshold"
+grep -q '"hierarchical_threshold": [1-9]' "$work/choice.json" ||
+  fail "the saved choice has no hierarchical threshold"
 echo "PASS: 4 ranks on 2 hosts chose '$(printf '%s\n' "$choices" | head -1)'"

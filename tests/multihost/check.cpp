@@ -8,6 +8,9 @@
 //    with --bench BYTES as well, both timed (f32 sum, medians of 10), printed, not asserted;
 //  * non-blocking and grouped allreduces (one past 256 KiB, one small) complete with the sums;
 //  * with --expect-backend NAME: init() chose NAME (e.g. "shm+gloo", hierarchical);
+//  * on a hierarchical communicator: retune() moves its threshold on every rank (an allreduce
+//    below the new one still sums), and ranks asking for different thresholds get a
+//    mismatch_error on every rank, the threshold kept;
 //  * with --expect-error TEXT: init() must fail, its message containing TEXT (a refused
 //    interface, shm across hosts).
 // Exit status 0 when all holds; prints one line per rank either way.
@@ -66,16 +69,40 @@ bool check_hierarchical(dc::any_communicator& comm, std::size_t bench_bytes) {
               comm.rank(), h.intra().backend_name(), h.intra().size(), h.inter().backend_name(),
               h.inter().size(), same ? "equals" : "DIFFERS FROM");
   if (bench_bytes > 0) {
-    const double t_flat = median_seconds(comm, bench_bytes, [&](dc::tensor_view v) {
-      comm.allreduce(v, dc::reduce_op::sum);
-    });
-    const double t_hier = median_seconds(comm, bench_bytes, [&](dc::tensor_view v) {
-      h.allreduce(v, dc::reduce_op::sum);
-    });
+    const double t_flat = median_seconds(
+        comm, bench_bytes, [&](dc::tensor_view v) { comm.allreduce(v, dc::reduce_op::sum); });
+    const double t_hier = median_seconds(
+        comm, bench_bytes, [&](dc::tensor_view v) { h.allreduce(v, dc::reduce_op::sum); });
     std::printf("rank %d: %zu bytes: flat %s %.2f ms, hierarchical %.2f ms: %.2fx\n", comm.rank(),
                 bench_bytes, comm.backend_name(), t_flat * 1e3, t_hier * 1e3, t_flat / t_hier);
   }
   return same;
+}
+
+// The hierarchical threshold retuned (communicator::retune, as the engine's autotuner does).
+bool check_retune(dc::any_communicator& comm) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  dc::tuning t = comm.current_tuning();
+  t.hierarchical_threshold = MiB;
+  comm.retune(t);
+  bool ok = comm.current_tuning().hierarchical_threshold == MiB;
+  std::vector<double> v(50000, comm.rank() + 1.0);  // 400 KB: flat from now on
+  comm.allreduce(dc::view(v), dc::reduce_op::sum);
+  const double sum = comm.size() * (comm.size() + 1) / 2.0;
+  ok = ok && v.front() == sum && v.back() == sum;
+  t.hierarchical_threshold = comm.rank() == 0 ? 2 * MiB : 4 * MiB;
+  std::string refused = "not refused";
+  try {
+    comm.retune(t);
+    ok = false;
+  } catch (const dc::mismatch_error& e) {
+    refused = e.what();
+    ok = ok && refused.find("different hierarchical thresholds") != std::string::npos;
+  }
+  ok = ok && comm.current_tuning().hierarchical_threshold == MiB;
+  std::printf("rank %d: retuned the hierarchical threshold to 1 MiB; different ones: %s: %s\n",
+              comm.rank(), refused.c_str(), ok ? "ok" : "WRONG");
+  return ok;
 }
 
 int check(const std::string& expect_error, const std::string& expect_backend, bool hierarchical,
@@ -86,13 +113,13 @@ int check(const std::string& expect_error, const std::string& expect_backend, bo
   if (!expect_error.empty()) {
     try {
       dc::any_communicator comm = dc::init();
-      std::printf("rank %d on %s: init() succeeded over %s, expected an error with '%s'\n",
-                  w.rank, host, comm.backend_name(), expect_error.c_str());
+      std::printf("rank %d on %s: init() succeeded over %s, expected an error with '%s'\n", w.rank,
+                  host, comm.backend_name(), expect_error.c_str());
       return 1;
     } catch (const std::exception& e) {
       const bool ok = std::strstr(e.what(), expect_error.c_str()) != nullptr;
-      std::printf("rank %d on %s: %s: %s\n", w.rank, host, ok ? "refused as expected" : "WRONG ERROR",
-                  e.what());
+      std::printf("rank %d on %s: %s: %s\n", w.rank, host,
+                  ok ? "refused as expected" : "WRONG ERROR", e.what());
       return ok ? 0 : 1;
     }
   }
@@ -127,8 +154,8 @@ int check(const std::string& expect_error, const std::string& expect_backend, bo
   dc::work after = comm.iallreduce(dc::view(small));
   grouped.wait();
   after.wait();
-  const bool async_ok = a.front() == job_sum && a.back() == job_sum && b[2] == 2 * job_sum &&
-                        small[1] == job_sum;
+  const bool async_ok =
+      a.front() == job_sum && a.back() == job_sum && b[2] == 2 * job_sum && small[1] == job_sum;
   if (!async_ok) std::printf("rank %d: non-blocking allreduces WRONG\n", comm.rank());
   ok = ok && async_ok;
   if (!expect_backend.empty() && expect_backend != comm.backend_name()) {
@@ -137,11 +164,14 @@ int check(const std::string& expect_error, const std::string& expect_backend, bo
     ok = false;
   }
   if (hierarchical) ok = check_hierarchical(comm, bench_bytes) && ok;
-  std::printf("rank %d/%d on %s (node %d, local %d/%d) over %s: job sum %g (want %g), node group "
-              "of %d sums %g (want %g): %s\n",
-              comm.rank(), comm.size(), host, w.node_rank, w.local_rank, w.local_size,
-              comm.backend_name(), v.front(), job_sum, node.size(), node_sum, expected_node,
-              ok ? "ok" : "WRONG");
+  if (comm.retunable() && comm.current_tuning().hierarchical_threshold != 0) {
+    ok = check_retune(comm) && ok;
+  }
+  std::printf(
+      "rank %d/%d on %s (node %d, local %d/%d) over %s: job sum %g (want %g), node group "
+      "of %d sums %g (want %g): %s\n",
+      comm.rank(), comm.size(), host, w.node_rank, w.local_rank, w.local_size, comm.backend_name(),
+      v.front(), job_sum, node.size(), node_sum, expected_node, ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }
 

@@ -138,6 +138,12 @@ TEST_CASE("autotune: strategy cut-offs scale; the choice's file round-trips and 
   CHECK(back.trials == 9);
   CHECK(back.describe() == c.describe());
   CHECK(c.describe().find("fusion threshold 16M") != std::string::npos);
+  CHECK(back.settings.hierarchical_threshold == 0);  // flat: not written, read back as 0
+  CHECK(to_json(c).find("hierarchical") == std::string::npos);
+  choice across = c;  // made on a hierarchical communicator
+  across.settings.hierarchical_threshold = std::size_t{1} << 20;
+  CHECK(from_json(to_json(across), "f.json").settings == across.settings);
+  CHECK(across.describe().find("hierarchical from 1M") != std::string::npos);
   CHECK(back.mismatch("shm", "automatic", 4).empty());
   CHECK(back.mismatch("gloo", "automatic", 4).find("4 ranks of shm") != std::string::npos);
 

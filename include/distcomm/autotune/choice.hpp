@@ -3,6 +3,7 @@
 //    "fusion_threshold": 16777216, "fusion_cutoff": 65536, "segment_bytes": 262144,
 //    "algo": "rd:0-16K;tree:16K-64K;ring:64K-max", "cycle_ms": 1,
 //    "step_seconds": 0.152, "start_seconds": 0.160, "trials": 17}
+// and, made on a hierarchical communicator (hierarchical.hpp), "hierarchical_threshold": 262144.
 // A choice holds for the backend, strategy and world size it was made on; another job's file is
 // reported and not used.
 #pragma once
