@@ -222,12 +222,16 @@ int main(int argc, char** argv) {
         const double t = median(tuned_ms);
         std::printf("%12s %12s\n%12.2f %12.3f\n", "tuned_ms", "tuned/engine", t, t / e);
       }
-      const auto st = eng.stats();
-      std::printf("# engine: %llu cycles, %llu full exchanges, %llu collectives for %llu tensors\n",
-                  static_cast<unsigned long long>(st.cycles),
-                  static_cast<unsigned long long>(st.full_cycles),
-                  static_cast<unsigned long long>(st.collectives),
-                  static_cast<unsigned long long>(st.tensors));
+      const auto print_stats = [](const char* which, const dc::engine& e) {
+        const auto st = e.stats();
+        std::printf("# %s: %llu cycles, %llu full exchanges, %llu collectives for %llu tensors\n",
+                    which, static_cast<unsigned long long>(st.cycles),
+                    static_cast<unsigned long long>(st.full_cycles),
+                    static_cast<unsigned long long>(st.collectives),
+                    static_cast<unsigned long long>(st.tensors));
+      };
+      print_stats("engine", eng);
+      if (tuned) print_stats("tuned engine (its search included)", *tuned);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

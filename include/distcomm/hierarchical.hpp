@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distcomm/any_communicator.hpp"
@@ -152,11 +153,14 @@ class hierarchical_communicator {
   any_communicator shrink(std::chrono::duration<double> window);
   void synchronize() { progress_.drain(); }
 
-  // communicator::retune: the flat communicator's settings and the inter-host level's (same
-  // backend), and the threshold (t.hierarchical_threshold, unless 0); the level inside a host
-  // keeps its own. current_tuning() is flat's with the threshold. The grouped allreduce packs its
-  // tensors itself, so the fusion settings change only flat's calls. Every rank must retune to
-  // the same threshold: mismatch_error otherwise (it is agreed by an allreduce on flat).
+  // communicator::retune: the flat communicator's settings, and the threshold
+  // (t.hierarchical_threshold, unless 0). The level across hosts started from settings of its own
+  // (over gloo, gloo's allreduce from 1 MiB: hierarchical.cpp): it keeps them, its table always,
+  // and its fusion and segment settings until t moves one away from where flat started, then
+  // follows flat there. The level inside a host keeps its own. current_tuning() is flat's with
+  // the threshold. The grouped allreduce packs its tensors itself, so the fusion settings change
+  // only flat's calls. Every rank must retune to the same threshold: mismatch_error otherwise
+  // (it is agreed by an allreduce on flat).
   static constexpr bool retunable = true;
   tuning current_tuning();
   void retune(const tuning& t);
@@ -175,6 +179,8 @@ class hierarchical_communicator {
   any_communicator flat_;
   hierarchical h_;
   std::size_t threshold_;
+  // Where flat and the level across hosts started, taken at the first retune().
+  std::optional<std::pair<tuning, tuning>> started_;
   std::string name_;
   std::uint64_t calls_ = 0;
   std::vector<unsigned char> packed_;  // a grouped allreduce's tensors, side by side

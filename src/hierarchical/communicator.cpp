@@ -60,8 +60,20 @@ tuning hierarchical_communicator::current_tuning() {
 
 void hierarchical_communicator::retune(const tuning& t) {
   progress_.run("retune", [&] {
+    if (!started_) started_.emplace(flat_.current_tuning(), h_.inter().current_tuning());
+    const tuning& flat_start = started_->first;
+    const tuning& own = started_->second;
     flat_.retune(t);
-    h_.inter().retune(t);
+    // A setting left where flat started keeps the level's own value; one moved goes to both.
+    const auto follow = [](std::size_t to, std::size_t flat_was, std::size_t own_value) {
+      return to == flat_was ? own_value : to;
+    };
+    tuning across = own;  // its table included
+    across.fusion_threshold =
+        follow(t.fusion_threshold, flat_start.fusion_threshold, own.fusion_threshold);
+    across.fusion_cutoff = follow(t.fusion_cutoff, flat_start.fusion_cutoff, own.fusion_cutoff);
+    across.segment_bytes = follow(t.segment_bytes, flat_start.segment_bytes, own.segment_bytes);
+    if (!(across == h_.inter().current_tuning())) h_.inter().retune(across);
     // Which allreduces go the hierarchical way must be the same on every rank: the largest and
     // the smallest threshold asked for, agreed before any rank uses its own.
     const std::size_t asked = t.hierarchical_threshold != 0 ? t.hierarchical_threshold : threshold_;

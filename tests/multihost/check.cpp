@@ -9,8 +9,8 @@
 //  * non-blocking and grouped allreduces (one past 256 KiB, one small) complete with the sums;
 //  * with --expect-backend NAME: init() chose NAME (e.g. "shm+gloo", hierarchical);
 //  * on a hierarchical communicator: retune() moves its threshold on every rank (an allreduce
-//    below the new one still sums), and ranks asking for different thresholds get a
-//    mismatch_error on every rank, the threshold kept;
+//    below the new one still sums) and leaves the level across hosts its own table, and ranks
+//    asking for different thresholds get a mismatch_error on every rank, the threshold kept;
 //  * with --expect-error TEXT: init() must fail, its message containing TEXT (a refused
 //    interface, shm across hosts).
 // Exit status 0 when all holds; prints one line per rank either way.
@@ -82,10 +82,21 @@ bool check_hierarchical(dc::any_communicator& comm, std::size_t bench_bytes) {
 // The hierarchical threshold retuned (communicator::retune, as the engine's autotuner does).
 bool check_retune(dc::any_communicator& comm) {
   constexpr std::size_t MiB = std::size_t{1} << 20;
+  dc::hierarchical_communicator* h = comm.target<dc::hierarchical_communicator>();
+  if (h == nullptr) return false;
+  const dc::tuning across = h->levels().inter().current_tuning();
   dc::tuning t = comm.current_tuning();
   t.hierarchical_threshold = MiB;
   comm.retune(t);
   bool ok = comm.current_tuning().hierarchical_threshold == MiB;
+  // The level across hosts keeps its own settings (its table) where flat's did not move...
+  ok = ok && h->levels().inter().current_tuning() == across;
+  // ...and follows a setting that did, keeping its table.
+  t.segment_bytes = 512 * 1024;
+  comm.retune(t);
+  const dc::tuning moved = h->levels().inter().current_tuning();
+  ok = ok && moved.segment_bytes == t.segment_bytes &&
+       moved.algo.to_string() == across.algo.to_string();
   std::vector<double> v(50000, comm.rank() + 1.0);  // 400 KB: flat from now on
   comm.allreduce(dc::view(v), dc::reduce_op::sum);
   const double sum = comm.size() * (comm.size() + 1) / 2.0;
