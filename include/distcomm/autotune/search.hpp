@@ -4,8 +4,8 @@
 //   search s({{"fusion_threshold", {64 << 20, 16 << 20, 4 << 20}}, {"cycle_ms", {1, 2.5, 5}}});
 //   while (!s.done()) s.record(seconds_per_step_at(s.point()));
 //   use(s.best());
-// The first measurement is of every setting's first value (the starting point: the model's pick
-// or the configured value). Then each setting in turn tries its other values in the order given,
+// The first measurement is of every setting's first value (the starting point: the engine's are
+// the settings given). Then each setting in turn tries its other values in the order given,
 // the others at their best so far; a value replaces the best when it is faster by more than
 // `min_gain` (a fraction: noise does not move the choice), and a setting stops after `patience`
 // values in a row that did not, so a list ordered by a prediction stops early. Last, when the best

@@ -1,15 +1,16 @@
 // The engine's autotuner (DISTCOMM_AUTOTUNE=1, DISTCOMM_AUTOTUNE_FILE): during the first steps of
-// a job it tries fusion thresholds, cycle times, fusion cut-offs, segment sizes and strategy
-// cut-offs, keeps the fastest and logs it; every rank uses the same settings from the same
-// collective on.
+// a job it tries fusion thresholds, cycle times, fusion cut-offs, segment sizes, strategy cut-offs
+// and a hierarchical communicator's threshold, keeps the fastest and logs it; every rank uses the
+// same settings from the same collective on.
 //
 // A step is what the engine sees between two runs of the job's first allreduced tensor (the
 // first one run a second time): every rank runs the same collectives in the same order, so every
 // rank counts the same steps. After two steps of warm-up, a third is looked at closely:
 // its collectives' sizes and times fit the cost model's alpha and beta (sim/calibrate.hpp), and
 // the times at which rank 0's gradients were handed over give its backward. The model then
-// orders the fusion thresholds and cycle times to try (sim/step.hpp), its best first: that is
-// the starting point (rank 0's order, sent to every rank). The search (search.hpp) runs each
+// orders the fusion thresholds and cycle times to try (sim/step.hpp), its best first after the
+// settings given, which are the starting point: a choice must beat them (rank 0's order, sent to
+// every rank). The search (search.hpp) runs each
 // candidate for one step to settle and DISTCOMM_AUTOTUNE_STEPS steps measured; the ranks agree on
 // the time (the slowest rank's), so every rank records the same number and makes the same next
 // move. Settings change on the engine's thread between two cycles (communicator::retune), in the
