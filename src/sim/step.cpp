@@ -10,16 +10,6 @@ namespace distcomm::sim {
 
 namespace {
 
-// The engine's next cycle at or after t.
-double next_cycle(double t, double cycle) {
-  if (cycle <= 0) return t;
-  return std::ceil(t / cycle - 1e-12) * cycle;
-}
-
-}  // namespace
-
-namespace {
-
 // ps_whole_tensors: the servers' links and every rank's link as queues (step_options).
 double whole_tensors_done(const machine& m, const std::vector<layer>& layers, const step_options& o,
                           double backward_end, step_result& r) {
@@ -68,28 +58,47 @@ step_result simulate_step(const machine& m, const std::vector<layer>& layers,
     r.efficiency = r.step_seconds > 0 ? r.compute_seconds / r.step_seconds : 1;
     return r;
   }
-  double ready = o.forward_seconds;  // when the current tensor is produced
-  double free_at = 0;                // when the previous bucket's allreduce ends
-  std::size_t bucket_bytes = 0;
-  double bucket_ready = 0;
-  const auto send = [&] {
-    if (bucket_bytes == 0) return;
-    const double t = allreduce_seconds(o.algo, m, bucket_bytes, o.ranks, o.ps_servers);
-    bucket_bytes = 0;
-    if (t == 0) return;  // one rank: nothing to average, no cycle to wait for
-    const double go =
-        std::max(next_cycle(o.overlap ? bucket_ready : backward_end, o.cycle_seconds), free_at);
-    free_at = go + t;
-    r.comm_seconds += t;
-    ++r.buckets;
-  };
+  // When each tensor reaches the engine: as backward produces it, or all at backward's end.
+  std::vector<double> ready;
+  double produced = o.forward_seconds;
   for (const layer& l : layers) {
-    ready += l.backward_seconds;
-    if (bucket_bytes != 0 && bucket_bytes + l.bytes > o.fusion_threshold) send();
-    bucket_bytes += l.bytes;
-    bucket_ready = ready;
+    produced += l.backward_seconds;
+    ready.push_back(o.overlap ? produced : backward_end);
   }
-  send();
+  // The engine's loop (engine.cpp's run() and cycle()): a cycle starts `cycle` after the last one
+  // started and once its collectives ended, or, idle, when the next tensor arrives; it agrees on
+  // what is ready, fuses every tensor ready by then into buckets of at most the threshold and runs
+  // them one after another.
+  double free_at = 0;  // when the last collective ends
+  double cycle_start = ready.empty() ? 0 : ready.front();
+  // Each cycle first agrees on what is ready: one small allreduce over the job.
+  const double agree =
+      !o.negotiation || o.ranks < 2
+          ? 0
+          : allreduce_seconds(algorithm::recursive_doubling, m, layers.size() + 2, o.ranks);
+  std::size_t next = 0;
+  while (next < layers.size()) {
+    cycle_start = std::max(cycle_start, ready[next]);
+    free_at = std::max(free_at, cycle_start) + agree;
+    r.negotiation_seconds += agree;
+    ++r.cycles;
+    std::size_t bucket_bytes = 0;
+    const auto send = [&] {
+      const double t = allreduce_seconds(o.algo, m, bucket_bytes, o.ranks, o.ps_servers);
+      bucket_bytes = 0;
+      if (t == 0) return;  // one rank: nothing to average
+      free_at += t;        // after the agreement and the buckets before it
+      r.comm_seconds += t;
+      ++r.buckets;
+    };
+    for (; next < layers.size() && ready[next] <= cycle_start; ++next) {
+      const std::size_t bytes = layers[next].bytes;
+      if (bucket_bytes != 0 && bucket_bytes + bytes > o.fusion_threshold) send();
+      bucket_bytes += bytes;
+    }
+    if (bucket_bytes != 0) send();
+    cycle_start = std::max(cycle_start + o.cycle_seconds, free_at);
+  }
   const double done = std::max(backward_end, free_at);
   r.exposed_seconds = done - backward_end;
   r.step_seconds = done + o.optimizer_seconds;

@@ -84,8 +84,7 @@ TEST_CASE("sim: tree, 2 (d + m - 1) stages of a segment from or to each child") 
         doctest::Approx(2 * 5 * (1e-5 + 2e-3) + 5 * 2 * 1e6 * 1e-10));
   // Its messages go one way: at half an exchange's cost, alpha and beta halve, gamma does not.
   m.one_way = 0.5;
-  CHECK(t(algorithm::tree, m, mb4, 4) ==
-        doctest::Approx(5 * (1e-5 + 2e-3) + 5 * 2 * 1e6 * 1e-10));
+  CHECK(t(algorithm::tree, m, mb4, 4) == doctest::Approx(5 * (1e-5 + 2e-3) + 5 * 2 * 1e6 * 1e-10));
 }
 
 TEST_CASE("sim: recursive doubling, log2 p rounds of n; a node's ranks share its link") {
@@ -160,37 +159,68 @@ TEST_CASE("sim: edges, names and bus bandwidth") {
   CHECK(bus_bandwidth(1000000000, 4, 1.0) == doctest::Approx(1.5e9));
 }
 
-TEST_CASE("sim: a step of two tensors, fused or not, overlapped or not, on cycles") {
+TEST_CASE("sim: a step as the engine runs it: cycles, fusion of what is ready, overlap") {
   // Two 4 MB tensors, 10 ms of backward each, after 5 ms of forward; 1 ms of optimizer. Ring
-  // over 4 ranks: 6.06 ms for 4 MB, 12.06 ms for 8 MB.
+  // over 4 ranks: 6.06 ms for 4 MB, 12.06 ms for 8 MB. The cycles' agreement left out at first.
   const std::vector<layer> layers = {{mb4, 10e-3}, {mb4, 10e-3}};
   step_options o;
   o.ranks = 4;
   o.forward_seconds = 5e-3;
   o.optimizer_seconds = 1e-3;
-  o.fusion_threshold = 0;  // one allreduce each: 15 -> 21.06, 25 -> 31.06
+  o.negotiation = false;
+  o.fusion_threshold = 0;  // a cycle as each arrives at the idle engine: 15 -> 21.06, 25 -> 31.06
   step_result r = simulate_step(flat(), layers, o);
   CHECK(r.compute_seconds == doctest::Approx(26e-3));
   CHECK(r.buckets == 2);
+  CHECK(r.cycles == 2);
   CHECK(r.comm_seconds == doctest::Approx(2 * 6.06e-3));
   CHECK(r.exposed_seconds == doctest::Approx(6.06e-3));
   CHECK(r.step_seconds == doctest::Approx(32.06e-3));
   CHECK(r.efficiency == doctest::Approx(26.0 / 32.06));
 
-  o.fusion_threshold = 8000000;  // one bucket when the second is ready: 25 -> 37.06
+  // The threshold fuses what one cycle finds ready, and no more: each arrived alone.
+  o.fusion_threshold = 8000000;
+  r = simulate_step(flat(), layers, o);
+  CHECK(r.buckets == 2);
+  CHECK(r.step_seconds == doctest::Approx(32.06e-3));
+
+  o.overlap = false;  // both at backward's end, one cycle: 25 -> 37.06 fused, 37.12 not
   r = simulate_step(flat(), layers, o);
   CHECK(r.buckets == 1);
+  CHECK(r.cycles == 1);
   CHECK(r.step_seconds == doctest::Approx(38.06e-3));
-
   o.fusion_threshold = 0;
-  o.overlap = false;  // both after backward: 25 -> 31.06 -> 37.12
   r = simulate_step(flat(), layers, o);
+  CHECK(r.buckets == 2);
   CHECK(r.step_seconds == doctest::Approx(38.12e-3));
 
+  // Tensors 1 ms apart (15 and 16 ms): the second waits for the first's allreduce (21.06), or
+  // for the next cycle when that is later (cycle 10 ms: 25).
+  const std::vector<layer> close = {{mb4, 10e-3}, {mb4, 1e-3}};
   o.overlap = true;
-  o.cycle_seconds = 4e-3;  // each waits for the next cycle: 16 -> 22.06, 28 -> 34.06
-  r = simulate_step(flat(), layers, o);
-  CHECK(r.step_seconds == doctest::Approx(35.06e-3));
+  o.cycle_seconds = 4e-3;  // 15 -> 21.06, 21.06 -> 27.12
+  r = simulate_step(flat(), close, o);
+  CHECK(r.step_seconds == doctest::Approx(28.12e-3));
+  o.cycle_seconds = 10e-3;  // 15 -> 21.06, 25 -> 31.06
+  r = simulate_step(flat(), close, o);
+  CHECK(r.step_seconds == doctest::Approx(32.06e-3));
+  // Three tensors: the first alone at 15, the two that came meanwhile fused at 21.06 (8 MB).
+  const std::vector<layer> three = {{mb4, 10e-3}, {mb4, 1e-3}, {mb4, 1e-3}};
+  o.cycle_seconds = 0;
+  o.fusion_threshold = 8000000;
+  r = simulate_step(flat(), three, o);
+  CHECK(r.buckets == 2);
+  CHECK(r.step_seconds == doctest::Approx((21.06 + 12.06 + 1) * 1e-3));
+
+  // Every cycle agrees first: a byte per tensor and 2, by recursive doubling over the 4 ranks.
+  o.negotiation = true;
+  o.fusion_threshold = 0;
+  const double agree = allreduce_seconds(algorithm::recursive_doubling, flat(), 4, 4);
+  CHECK(agree > 0);
+  r = simulate_step(flat(), layers, o);  // 15 + agree -> 21.06 + agree, 25 + agree -> ...
+  CHECK(r.cycles == 2);
+  CHECK(r.negotiation_seconds == doctest::Approx(2 * agree));
+  CHECK(r.step_seconds == doctest::Approx(32.06e-3 + agree));
 
   o.ranks = 1;  // one rank: nothing to average
   r = simulate_step(flat(), layers, o);
@@ -383,7 +413,7 @@ TEST_CASE("sim: calibration recovers the parameters that made the samples") {
   CHECK(w.fitted.inter.beta == doctest::Approx(1 / 2e9).epsilon(1e-6));
   CHECK(w.max_error < 1e-6);
   CHECK(calibrate(kinds).max_error > 0.05);  // one cost for both kinds
-  calibrate_options all = rendezvous;  // mpi_like's one-way messages cost what exchanges do
+  calibrate_options all = rendezvous;        // mpi_like's one-way messages cost what exchanges do
   all.one_way = true;
   CHECK(calibrate(calls, all).fitted.one_way == doctest::Approx(1).epsilon(1e-6));
   CHECK(calibrate(both, both_ways).fitted.one_way == 1);  // ring and rd only

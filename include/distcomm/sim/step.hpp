@@ -1,9 +1,11 @@
 // One training step in the cost model (distcomm-sim step): a model's gradients, produced by
-// backward one tensor after another, averaged as the engine does. Tensors ready are fused into
-// buckets of at most the fusion threshold; a bucket goes when its last tensor is ready, at the
-// engine's next cycle, once the bucket before it is done (one collective at a time); with
-// overlap its allreduce runs during the rest of backward, without it after. Weak scaling: every
-// rank computes the same, so the efficiency at p ranks is compute / step.
+// backward one tensor after another, averaged as the engine does (engine.cpp): a cycle starts
+// when a tensor arrives at an idle engine, or, while tensors keep coming, a cycle time after the
+// last one started and once its collectives ended; it first agrees with the other ranks on what
+// is ready (one small allreduce), then fuses every tensor ready into buckets of at most the
+// fusion threshold and runs them one after another. With overlap the tensors arrive as backward
+// produces them, without it all at its end. Weak scaling: every rank computes the same, so the
+// efficiency at p ranks is compute / step.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +29,9 @@ struct step_options {
   std::size_t fusion_threshold = 64u << 20;  // bytes; 0: a collective per tensor
   double cycle_seconds = 0;                  // the engine's cycle time (DISTCOMM_CYCLE_TIME)
   bool overlap = true;                       // allreduce during backward (the engine)
+  // The engine's agreement at the start of every cycle: a byte per tensor (ready or not) and two,
+  // allreduced by recursive doubling. False: free.
+  bool negotiation = true;
   double forward_seconds = 0;
   double optimizer_seconds = 0;
   // ps only: each tensor whole on one server, round robin in the model's order (TensorFlow's
@@ -43,6 +48,8 @@ struct step_result {
   double exposed_seconds = 0;  // the part of it backward did not hide
   double efficiency = 1;       // compute / step
   std::size_t buckets = 0;
+  std::size_t cycles = 0;          // the engine's cycles that ran collectives
+  double negotiation_seconds = 0;  // their agreements, summed
 };
 
 step_result simulate_step(const machine& m, const std::vector<layer>& layers,
