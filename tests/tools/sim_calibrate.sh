@@ -20,7 +20,8 @@ cat "$work/out"
 [ $status -eq 0 ] || { echo "FAIL: distcomm-sim calibrate exited $status"; exit 1; }
 grep -Eq '^# fitted: 12 samples \(medians of 12 measurements\) from 2 files; median error' \
   "$work/out" || { echo "FAIL: no summary line"; exit 1; }
-grep -Eq '^--alpha-us [0-9.e+-]+ --link-gbps [0-9.e+-]+ --reduce-gbs [0-9.e+-]+' "$work/out" ||
+num='([0-9.e+-]+|inf)'  # a rate is "inf" where the fit found no cost per byte
+grep -Eq "^--alpha-us [0-9.e+-]+ --link-gbps $num --reduce-gbs $num" "$work/out" ||
   { echo "FAIL: no machine line"; exit 1; }
 [ "$(grep -Ec '^(ring|rd) +2 +[0-9]+ ' "$work/out")" -eq 12 ] ||
   { echo "FAIL: not one row per sample"; exit 1; }
@@ -47,4 +48,17 @@ machine=$(grep -E -- '^--alpha-us .* --one-way [0-9.e+-]+$' "$work/oneway") ||
 "$2" allreduce $machine --ranks 2 --bytes 8,1M >"$work/table" 2>&1 &&
   grep -Eq '^ +1048576 ' "$work/table" ||
   { cat "$work/table"; echo "FAIL: distcomm-sim allreduce does not take the fitted machine"; exit 1; }
+# Times that do not grow with size fit no cost per byte: the machine line says "inf", and
+# `distcomm-sim allreduce` takes it (it refused "--link-gbps 0" as an undescribed machine).
+for s in ring rd; do
+  sed 's/"time_us": [0-9.eE+-]*/"time_us": 5.0/g' "$work/$s.json" >"$work/flat_$s.json"
+done
+"$2" calibrate "$work/flat_ring.json" "$work/flat_rd.json" >"$work/flat" 2>&1 ||
+  { cat "$work/flat"; echo "FAIL: calibrate on flat times"; exit 1; }
+machine=$(grep -E -- '^--alpha-us .* --link-gbps inf ' "$work/flat") ||
+  { cat "$work/flat"; echo "FAIL: no --link-gbps inf for flat times"; exit 1; }
+# shellcheck disable=SC2086 # the machine line is options, split on purpose
+"$2" allreduce $machine --ranks 2 --bytes 8,1M >"$work/table" 2>&1 &&
+  grep -Eq '^ +1048576 ' "$work/table" ||
+  { cat "$work/table"; echo "FAIL: distcomm-sim allreduce does not take a machine of no beta"; exit 1; }
 echo PASS

@@ -344,16 +344,20 @@ int calibrate_files(const calibrate_request& q) {
   const sim::calibration c = sim::calibrate(samples, o);
   report_errors("fitted", samples, c.errors, measured, q.files.size(), q.each);
   const sim::link& l = c.fitted.inter;
+  // A rate from seconds per byte: "inf" where the fit found no cost (times that do not grow
+  // with size), which the options read back as such.
+  const auto rate = [](double per_byte, double units_per_byte) {
+    return per_byte > 0 ? units_per_byte / per_byte / 1e9 : std::numeric_limits<double>::infinity();
+  };
   std::printf("--alpha-us %.3g --link-gbps %.4g --reduce-gbs %.4g --ranks-per-node %d",
-              l.alpha * 1e6, l.beta > 0 ? 8.0 / l.beta / 1e9 : 0.0,
-              c.fitted.gamma > 0 ? 1.0 / c.fitted.gamma / 1e9 : 0.0, c.fitted.ranks_per_node);
+              l.alpha * 1e6, rate(l.beta, 8), rate(c.fitted.gamma, 1), c.fitted.ranks_per_node);
   if (c.fitted.cores_per_node > 0) {
     std::printf(" --cores-per-node %d --oversubscribed-alpha-us %.3g", c.fitted.cores_per_node,
                 c.fitted.oversubscribed_alpha * 1e6);
   }
   if (c.fitted.cache_bytes != 0) {
     std::printf(" --cache-bytes %zu --cached-gbs %.4g", c.fitted.cache_bytes,
-                c.fitted.cached_beta > 0 ? 1.0 / c.fitted.cached_beta / 1e9 : 0.0);
+                rate(c.fitted.cached_beta, 1));
   }
   if (q.per_call) std::printf(" --call-us %.3g", c.fitted.call_alpha * 1e6);
   if (c.fitted.eager_bytes != 0) {
