@@ -74,8 +74,9 @@ const std::vector<setting_info> setting_rows = {
      "`distcomm-trace DIR` reads them."},
     {"DISTCOMM_AUTOTUNE", "0",
      "1 = during the first steps the engine tries fusion thresholds and cut-offs, cycle times, "
-     "segment sizes and strategy cut-offs, keeps the fastest (the same on every rank) and logs "
-     "it at info level (docs/SCALING.md, Autotuning)."},
+     "segment sizes, strategy cut-offs and, across hosts, the hierarchical threshold, starting "
+     "from the settings given; keeps the fastest when it beats them (the same on every rank) and "
+     "logs it at info level (docs/SCALING.md, Autotuning)."},
     {"DISTCOMM_AUTOTUNE_FILE", "(none)",
      "JSON file of the autotuner's choice: written when a search ends; when it exists and was made "
      "for this backend and world size, the engine uses it from the start instead of searching."},
