@@ -255,6 +255,11 @@ TEST_CASE("autotune: the engine's search ends on the same choice on every rank, 
     CHECK_FALSE(s.loaded);
     CHECK(s.current.trials >= 5);  // the start and at least one more value per setting
     CHECK(s.trials.size() == static_cast<std::size_t>(s.current.trials));
+    // The start is the settings given (64M, 1 ms by default), whatever the model would pick: a
+    // choice must beat them.
+    REQUIRE_FALSE(s.trials.empty());
+    CHECK(s.trials.front().point[0] == static_cast<double>(config{}.fusion_threshold));
+    CHECK(s.trials.front().point[1] == config{}.cycle_time.count() * 1000.0);
     CHECK(s.current.step_seconds > 0);
     CHECK(s.current.step_seconds <= s.current.start_seconds);
     // The same choice, and the same measurements, on every rank.
