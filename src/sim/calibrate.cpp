@@ -93,19 +93,20 @@ bool solve(const std::vector<coefficients>& c, const std::vector<double>& t,
   return true;
 }
 
-// The linear fit at one one-way factor: the unknowns and the samples' coefficients.
+// The linear fit at one one-way factor: the unknowns and how far each sample is from them.
 struct linear_fit {
   coefficients x{};
-  std::vector<coefficients> c;
-  double objective = 0;  // sum of squared relative errors
+  std::vector<double> errors;  // signed predicted / measured - 1, one per sample
+  double objective = 0;        // their sum of squares
 };
 
 linear_fit fit_at(const std::vector<sample>& samples, int node, const calibrate_options& o,
                   std::size_t cache_bytes, bool oversubscribed, double one_way) {
   linear_fit f;
+  std::vector<coefficients> c;
   std::vector<double> t;
   for (const sample& s : samples) {
-    f.c.push_back(coefficients_of(s, node, o.cores, cache_bytes, o.eager_bytes, one_way));
+    c.push_back(coefficients_of(s, node, o.cores, cache_bytes, o.eager_bytes, one_way));
     t.push_back(s.seconds);
   }
   std::array<bool, unknowns> free = {
@@ -117,7 +118,7 @@ linear_fit fit_at(const std::vector<sample>& samples, int node, const calibrate_
                                  std::to_string(wanted) + " unknowns");
   }
   for (;;) {
-    if (!solve(f.c, t, free, fixed, f.x)) {
+    if (!solve(c, t, free, fixed, f.x)) {
       // The call's or the rendezvous' alpha asked for but not told apart from the per-message
       // alpha (one strategy, no size past the eager limit): without them.
       if (free[call] || free[rendezvous]) {
@@ -140,11 +141,11 @@ linear_fit fit_at(const std::vector<sample>& samples, int node, const calibrate_
     }
     if (!again) break;
   }
-  for (std::size_t k = 0; k < f.c.size(); ++k) {
+  for (std::size_t k = 0; k < c.size(); ++k) {
     double predicted = 0;
-    for (std::size_t i = 0; i < unknowns; ++i) predicted += f.c[k][i] * f.x[i];
-    const double e = predicted / t[k] - 1;
-    f.objective += e * e;
+    for (std::size_t i = 0; i < unknowns; ++i) predicted += c[k][i] * f.x[i];
+    f.errors.push_back(predicted / t[k] - 1);
+    f.objective += f.errors.back() * f.errors.back();
   }
   return f;
 }
@@ -200,13 +201,9 @@ calibration calibrate(const std::vector<sample>& samples, const calibrate_option
   out.fitted.eager_bytes = x[rendezvous] > 0 ? options.eager_bytes : 0;
   out.fitted.rendezvous_alpha = x[rendezvous];
   out.fitted.one_way = factor;
+  out.errors = best.errors;
   std::vector<double> abs_errors;
-  for (std::size_t k = 0; k < best.c.size(); ++k) {
-    double predicted = 0;
-    for (std::size_t i = 0; i < unknowns; ++i) predicted += best.c[k][i] * x[i];
-    out.errors.push_back(predicted / samples[k].seconds - 1);
-    abs_errors.push_back(std::fabs(out.errors.back()));
-  }
+  for (double e : out.errors) abs_errors.push_back(std::fabs(e));
   std::sort(abs_errors.begin(), abs_errors.end());
   out.median_error = abs_errors[abs_errors.size() / 2];
   out.max_error = abs_errors.back();

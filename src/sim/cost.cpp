@@ -157,27 +157,34 @@ double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int r
   }
   if (ranks == 1 || bytes == 0) return 0;
   const auto n = static_cast<double>(bytes);
-  const machine run = as_run(m, ranks, bytes);
-  switch (a) {
-    case algorithm::ring:
-      return m.call_alpha + ring(run, flat_link(run, ranks), n, ranks);
-    case algorithm::tree:
-      return m.call_alpha + tree(run, n, ranks);
-    case algorithm::recursive_doubling:
-      return m.call_alpha + recursive_doubling(run, n, ranks);
-    case algorithm::parameter_server:
-      return m.call_alpha + parameter_server(run, n, ranks, ps_servers);
-    case algorithm::hierarchical: {
-      const std::vector<algorithm> can = algorithms_for(m, ranks);
-      if (std::find(can.begin(), can.end(), a) == can.end()) {
-        throw invalid_argument_error("hierarchical needs several nodes of several ranks each (" +
-                                     std::to_string(ranks) + " ranks, " +
-                                     std::to_string(m.ranks_per_node) + " per node)");
-      }
-      return m.call_alpha + hierarchical(run, n, ranks);
+  if (a == algorithm::hierarchical) {
+    const std::vector<algorithm> can = algorithms_for(m, ranks);
+    if (std::find(can.begin(), can.end(), a) == can.end()) {
+      throw invalid_argument_error("hierarchical needs several nodes of several ranks each (" +
+                                   std::to_string(ranks) + " ranks, " +
+                                   std::to_string(m.ranks_per_node) + " per node)");
     }
   }
-  return 0;
+  const machine run = as_run(m, ranks, bytes);
+  double messages = 0;  // what the strategy's messages and combining take, the call aside
+  switch (a) {
+    case algorithm::ring:
+      messages = ring(run, flat_link(run, ranks), n, ranks);
+      break;
+    case algorithm::tree:
+      messages = tree(run, n, ranks);
+      break;
+    case algorithm::recursive_doubling:
+      messages = recursive_doubling(run, n, ranks);
+      break;
+    case algorithm::parameter_server:
+      messages = parameter_server(run, n, ranks, ps_servers);
+      break;
+    case algorithm::hierarchical:
+      messages = hierarchical(run, n, ranks);
+      break;
+  }
+  return m.call_alpha + messages;
 }
 
 double bus_bandwidth(std::size_t bytes, int ranks, double seconds) {
