@@ -263,9 +263,8 @@ void tuner::start_search() {
   }
   // The configured values are measured first, and the choice must beat them (search.hpp's
   // confirmation): the model only orders what is tried after them. Started from the model's pick
-  // instead, a job whose model was wrong ended slower than its defaults: 2 x 2 ranks over 1
-  // Gbit/s links, the model's 1M threshold measured within noise of 64M during the search and
-  // 1.09-1.16x the defaults' step afterwards.
+  // instead, a job whose model was wrong ended slower than its defaults (docs/SCALING.md,
+  // Autotuning, has the measurement).
   const std::vector<double> picked = {thresholds.front(), cycles.front()};
   const auto configured_first = [](std::vector<double>& values, double configured) {
     const auto at = std::find(values.begin(), values.end(), configured);

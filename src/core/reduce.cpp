@@ -84,12 +84,11 @@ struct op_max {
 
 // ---- instruction sets ---------------------------------------------------------------------------
 // GCC function multiversioning: every loop is also built for x86-64-v3 (AVX2) and v4 (AVX-512),
-// and the best one the CPU supports is picked once at load time. Measured on the dev VM (Xeon,
-// AVX-512, GCC 12, noisy): f32 a[i] += b[i] over 64 MiB arrays, medians of 80 interleaved runs,
-// 30 GB/s baseline (SSE2), 34 v3, 36 v4, 36 for -march=native; f16 sum of 1 MiB arrays (compute
-// bound: the conversions cost more than the memory traffic) 1.8 ns/element baseline, 1.1 v3,
-// 0.6 v4. v4 also vectorizes i64 min/max/prod, which SSE2 cannot. Elsewhere the portable baseline
-// loop is all there is; DISTCOMM_NO_ISA_CLONES builds only that (a test uses it to check it here).
+// and the best one the CPU supports is picked once at load time: the wider loops gain a little on
+// memory-bound sums and most on f16, whose conversions are compute-bound (docs/PERFORMANCE.md,
+// "Reduction kernels against a plain loop"). v4 also vectorizes i64 min/max/prod, which SSE2
+// cannot. Elsewhere the portable baseline loop is all there is; DISTCOMM_NO_ISA_CLONES builds
+// only that (a test uses it to check it here).
 #if !defined(DISTCOMM_NO_ISA_CLONES) && defined(__GNUC__) && !defined(__clang__) && \
     __GNUC__ >= 11 && defined(__x86_64__) && defined(__linux__)
 #define DISTCOMM_ISA_CLONES \

@@ -38,9 +38,8 @@ class buffer {
 
   // Whether a tensor of `bytes` bytes is reduced in place rather than packed. Packing costs a
   // copy in and a copy out, 2n bytes at memory bandwidth; a call of its own costs one
-  // collective's latency. Past the cutoff the copies cost more than the latency they save: with
-  // ResNet-50's gradients on 2 ranks, packing everything below 64 MiB made a step about 3 times
-  // slower than one flat allreduce of the same bytes (docs/ARCHITECTURE.md, Fusion).
+  // collective's latency. Past the cutoff the copies cost more than the latency they save
+  // (docs/COLLECTIVES.md, Fusion; the measurements: docs/PERFORMANCE.md, "The fusion cutoff").
   bool in_place(std::size_t bytes) const noexcept {
     return bytes >= threshold_ || (cutoff_ != 0 && bytes >= cutoff_);
   }

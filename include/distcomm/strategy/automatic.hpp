@@ -23,13 +23,11 @@ class automatic : public p2p_base {
   static constexpr const char* name = "automatic";
 
   // For backends that declare no table of their own. Recursive doubling up to 16 KiB (log2(p)
-  // latencies, the fewest; measured at 2 ranks it halved the ring's and the tree's latency up to
-  // 4 KiB on ucx and gloo), tree to 64 KiB, ring above: where the alpha-beta costs of tree and ring
+  // latencies, the fewest), tree to 64 KiB, ring above: where the alpha-beta costs of tree and ring
   // cross for 8 ranks (tree ~(2 log2 p)·alpha + 4n·beta on its busiest node, ring 2(p-1)·alpha +
-  // 2(p-1)/p·n·beta, so n* ~ 3.6·alpha/beta) with alpha = 8 us and beta = 0.5 ns/B, the
-  // small-message latency and the large-message bandwidth of Open MPI over TCP loopback measured
-  // on the development VM (../peers results, mpi_tcp). Backends with their own measurements
-  // override it with `default_algo`; see docs/ARCHITECTURE.md.
+  // 2(p-1)/p·n·beta, so n* ~ 3.6·alpha/beta) with the alpha and beta of TCP loopback; the
+  // measurements are in docs/PERFORMANCE.md, "The built-in automatic table". Backends with their
+  // own measurements override it with `default_algo` (docs/COLLECTIVES.md, "The automatic table").
   static constexpr const char* builtin_table = "rd:0-16K;tree:16K-64K;ring:64K-max";
 
   explicit automatic(const config& c)
