@@ -7,6 +7,9 @@
 //   void abort(const std::string& reason) noexcept;        // fail every pending and future wait
 //
 // and B::request is a movable RAII handle with `bool test()` and `void wait(deadline)`.
+// DistComm's own backends also declare `static constexpr backend_traits traits` (name, memory,
+// capabilities: backend_traits.hpp), `name` being traits.name(), and
+// `static B connect(const config&, const job* given)`, what the registry makes them with.
 // Rules every backend keeps (strategies rely on them; docs/ARCHITECTURE.md explains why):
 //  * messages from one sender to one receiver with the same tag match in the order they were
 //    posted (MPI's non-overtaking rule);
@@ -24,9 +27,10 @@
 // (MPI: Open MPI reuses a freed communicator's context id and delivers the message into the next
 // communicator); then such messages (the mismatch check's departure notices) are not sent.
 //
-// Memory. A backend moves host memory, or declares `static constexpr bool moves_device_memory =
-// true` (NCCL: CUDA memory; tensors must then be memory_kind::cuda). The point-to-point strategies
-// touch buffers only through a memory operations policy chosen at compile time
+// Memory. A backend moves host memory, or CUDA memory when its traits say
+// `.moves(memory_kind::cuda)` (NCCL; a backend without traits declares `static constexpr bool
+// moves_device_memory = true`); tensors must then be memory_kind::cuda. The point-to-point
+// strategies touch buffers only through a memory operations policy chosen at compile time
 // (strategy::detail::memory_of): on a host backend the inline host kernels of core/reduce.hpp and
 // a scratch buffer of the strategy, exactly as if they were called directly; on a device backend
 // the object returned by `b.memory()`, with
@@ -53,6 +57,7 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/backend_traits.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
 
@@ -150,6 +155,23 @@ template <class B>
 struct has_group_store<B, std::void_t<decltype(std::declval<B&>().group_store())>>
     : std::true_type {};
 
+// `static constexpr backend_traits traits`: the backend declares what it is (backend_traits.hpp).
+template <class, class = void>
+struct has_traits : std::false_type {};
+template <class B>
+struct has_traits<B, std::void_t<decltype(B::traits)>> : std::true_type {};
+
+// A backend's declared capabilities (B::traits) against what its members make possible: split
+// needs split(), shrink needs split() and group_store(), grow connects through the job's store.
+// The build checks it for every backend (cmake/communicators.cpp.in).
+template <class B>
+constexpr bool declaration_matches() {
+  constexpr backend_traits t = B::traits;
+  return t.can(capability::split) == has_split<B>::value &&
+         (!t.can(capability::shrink) || (has_split<B>::value && has_group_store<B>::value)) &&
+         (!t.can(capability::grow) || t.can(capability::store));
+}
+
 template <class, class = void>
 struct unreceived_messages_ok : std::true_type {};
 template <class B>
@@ -240,11 +262,15 @@ inline constexpr std::size_t default_fusion_cutoff = std::size_t{1} << 20;
 
 namespace detail {
 
-// `static constexpr bool moves_device_memory = true` (the NCCL backend).
+// The backend's traits say its buffers are CUDA memory (the NCCL backend); a backend without
+// traits (an application's own) may say so with `static constexpr bool moves_device_memory`.
 template <class B, class = void>
 struct moves_device_memory : std::false_type {};
 template <class B>
 struct moves_device_memory<B, std::enable_if_t<B::moves_device_memory>> : std::true_type {};
+template <class B>
+struct moves_device_memory<B, std::enable_if_t<B::traits.memory() == memory_kind::cuda>>
+    : std::true_type {};
 
 // `memory()`, the memory operations of a device-memory backend (top of this file).
 template <class, class = void>

@@ -28,7 +28,7 @@ std::optional<std::size_t> hierarchical_threshold(const world_info& w, const con
     return std::nullopt;
   }
   if (w.size <= 1 || w.single_node() || started_by_mpi(w.launcher) || w.local_size <= 1 ||
-      w.size % w.local_size != 0 || !is_built_backend("shm")) {
+      w.size % w.local_size != 0 || intra_host_backend().empty()) {
     return std::nullopt;
   }
   return from;

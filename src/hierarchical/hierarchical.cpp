@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/registry/backends.hpp"
 #include "distcomm/rendezvous/host_names.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 #include "distcomm/rendezvous/store.hpp"
@@ -18,19 +19,15 @@ namespace distcomm {
 
 namespace {
 
-// The links between nodes, not loopback: over gloo, gloo's own allreduce from 1 MiB. 2
-// namespace-hosts x 1 rank, links shaped to 1 Gbit/s (tbf), f32 sum, medians of 10, 2026-11-27
-// on the 2-core VM: DistComm's ring over gloo's pairs 2.0 / 25.6 / 534 ms at 256 KiB / 2 MiB /
-// 32 MiB, gloo's allreduce 4.5 / 18.9 / 287 (93% of the link; the ring 50%). At 4 ranks over the
-// same links the ring keeps 90% of the link, so only the across group gets this table. The
-// settings' own DISTCOMM_ALGO or a named strategy win.
+// The level across hosts takes the automatic table its backend declares for links between
+// hosts (backend_traits::across_hosts_algo), unless the settings' own DISTCOMM_ALGO or a named
+// strategy say otherwise.
 init_options across_options(const init_options& inter) {
   init_options o = inter;
   config cfg = o.settings ? *o.settings : config::from_env();
-  if (resolved_backend(o) == "gloo" && o.strategy.empty() && cfg.strategy.empty() &&
-      cfg.algo.empty()) {
-    cfg.algo = algo_table::parse("rd:0-16K;tree:16K-64K;ring:64K-1M;native:1M-max",
-                                 "hierarchical's table across nodes");
+  const char* algo = traits_of(resolved_backend(o)).across_hosts_algo();
+  if (algo != nullptr && o.strategy.empty() && cfg.strategy.empty() && cfg.algo.empty()) {
+    cfg.algo = algo_table::parse(algo, "hierarchical's table across nodes");
     o.settings = cfg;
   }
   return o;
@@ -95,13 +92,13 @@ hierarchical hierarchical::connect(const init_options& intra, const init_options
   across.world.size = static_cast<int>(nodes.size());
   across.world.node_rank = node;
   across.world.launcher = j.world.launcher;
-  across.kv = j.kv ? std::make_shared<prefix_store>(
-                         prefix + "/local/" + std::to_string(local_rank), j.kv)
-                   : nullptr;
+  across.kv =
+      j.kv ? std::make_shared<prefix_store>(prefix + "/local/" + std::to_string(local_rank), j.kv)
+           : nullptr;
   // MPI connects only MPI_COMM_WORLD: its groups are split from it (MPI_Comm_split), with the
   // same members in the same order.
   const auto connect_group = [&](const job& group, const init_options& o, int color, int key) {
-    if (resolved_backend(o) != "mpi") return init(group, o);
+    if (!traits_of(resolved_backend(o)).can(capability::mpi_world)) return init(group, o);
     any_communicator world = init(j, o);
     std::optional<any_communicator> part = world.split(color, key);
     if (!part) throw error("hierarchical: splitting the MPI world gave this rank no group");

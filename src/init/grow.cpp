@@ -11,6 +11,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/init.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/registry/backends.hpp"
 #include "distcomm/rendezvous/join.hpp"
 #include "distcomm/trace/recorder_names.hpp"
 
@@ -26,19 +27,28 @@ std::string rank_list(const std::vector<std::int64_t>& ranks) {
   return s;
 }
 
-// Why `comm` cannot take new members, or "" when it can.
+// Why `comm` cannot take new members, or "" when it can: its backend's declaration says whether
+// it grows (a hierarchical communicator, "shm+gloo", is no one backend and does not).
 std::string cannot_grow(const any_communicator& comm, const job& launched) {
   const std::string backend = comm.backend_name();
   if (!launched.kv) {
     return "this process has no job store to meet replacements through (it did not bootstrap a "
            "launched job of several ranks: init() of a given job, or a job of one)";
   }
-  if (backend == "mpi" || backend == "local" || backend.find('+') != std::string::npos) {
-    return "backend '" + backend +
-           "' cannot take new processes (it needs one that connects through the job's store: "
-           "gloo, ucx or shm)";
+  bool grows = false;
+  try {
+    grows = traits_of(backend).can(capability::grow);
+  } catch (const invalid_argument_error&) {
+    grows = false;  // not a backend's name
   }
-  return {};
+  if (grows) return {};
+  std::string can;
+  for (const backend_info& b : built_backends()) {
+    if (b.traits.can(capability::grow)) can += (can.empty() ? "" : ", ") + std::string(b.name);
+  }
+  return "backend '" + backend +
+         "' cannot take new processes (its declaration has no grow; these can: " +
+         (can.empty() ? std::string("none built") : can) + ")";
 }
 
 // Rank 0 reads the store at most every 100 ms, so that checking every step costs a clock read

@@ -40,7 +40,9 @@ std::string strategy_of(const init_options& o, const config& cfg) {
 std::string resolved_backend(const init_options& options) {
   const config cfg = settings_of(options);
   const world_info w = world_for_default(options, cfg, nullptr);
-  if (hierarchical_threshold(w, cfg, options)) return "shm+" + default_backend(w);
+  if (hierarchical_threshold(w, cfg, options)) {
+    return intra_host_backend() + "+" + default_backend(w);
+  }
   return backend_of(options, cfg, w);
 }
 
@@ -59,15 +61,14 @@ any_communicator connect(const init_options& options, const job* given) {
   if (const std::optional<std::size_t> from = hierarchical_threshold(w, cfg, options)) {
     init_options intra = options, inter = options;
     intra.settings = inter.settings = cfg;
-    intra.backend = "shm";
+    intra.backend = intra_host_backend();
     inter.backend = default_backend(w);
     set_log_level(cfg.log);
     any_communicator comm = hierarchical_communicator::connect(intra, inter, given, *from);
     if (log_enabled(log_level::info)) {
       log(log_level::info, "init: rank " + std::to_string(comm.rank()) + "/" +
                                std::to_string(comm.size()) + ", backend " + comm.backend_name() +
-                               ", allreduce hierarchical from " + std::to_string(*from) +
-                               " bytes");
+                               ", allreduce hierarchical from " + std::to_string(*from) + " bytes");
     }
     return comm;
   }

@@ -18,11 +18,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "distcomm/backends/built.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/plugin/loader.hpp"
+#include "distcomm/registry/backends.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "environment.hpp"
 #include "job.hpp"
@@ -128,37 +128,25 @@ void require_open_mpi(const std::string& mpirun) {
                                        "MPI's own mpiexec");
 }
 
-// The backends this DistComm was built with (distcomm/backends/built.hpp).
-std::vector<std::string> built_backends() {
-  static const char* const built[] = {
-    "local",
-#if DISTCOMM_BUILT_MPI
-    "mpi",
-#endif
-#if DISTCOMM_BUILT_GLOO
-    "gloo",
-#endif
-#if DISTCOMM_BUILT_UCX
-    "ucx",
-#endif
-#if DISTCOMM_BUILT_NCCL
-    "nccl",
-#endif
-  };
-  return {std::begin(built), std::end(built)};
-}
-
-std::string join(const std::vector<std::string>& names) {
+// "gloo (processes, store, split, shrink, grow): <summary>" for every built backend, as its
+// declaration says (backend_traits.hpp): --help's list.
+std::string backend_lines() {
   std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  for (const distcomm::backend_info& b : distcomm::built_backends()) {
+    std::string caps;
+    if (b.traits.memory() != distcomm::memory_kind::host) caps = to_string(b.traits.memory());
+    for (const distcomm::capability_name& c : distcomm::capability_names) {
+      if (b.traits.can(c.value)) caps += (caps.empty() ? "" : ", ") + std::string(c.name);
+    }
+    s += "\n  " + std::string(b.name) + " (" + caps + "): " + b.summary;
+  }
   return s;
 }
 
 // The ranks' backend must exist before N processes start to find out: a backend built into this
 // DistComm, or a plugin on the ranks' search path (DISTCOMM_PLUGIN_PATH, the installation's).
 void check_backend(const std::string& name, const distcomm::plugin::env_lookup& getenv) {
-  const std::vector<std::string> built = built_backends();
-  if (std::find(built.begin(), built.end(), name) != built.end()) return;
+  if (distcomm::is_built_backend(name)) return;
   const std::string plugin = distcomm::plugin::plugin_named(name);
   std::string plugins;
   for (const distcomm::plugin::available& p : distcomm::plugin::list(getenv)) {
@@ -171,7 +159,8 @@ void check_backend(const std::string& name, const distcomm::plugin::env_lookup& 
   }
   throw launch_failure(
       exit_usage, "DISTCOMM_BACKEND='" + name + "' is neither a backend built into DistComm (" +
-                      join(built) + ") nor a plugin found in " +
+                      distcomm::join_names(distcomm::built_backends()) +
+                      ") nor a plugin found in " +
                       (folders.empty() ? std::string("(no folder)") : folders) +
                       " (plugins there: " + (plugins.empty() ? std::string("none") : plugins) +
                       "); set DISTCOMM_PLUGIN_PATH to the folder holding " +
@@ -190,11 +179,13 @@ int main(int argc, char** argv) {
   app.footer(
       "usage: distcomm-run -np N [options] [--] program [args...]\n"
       "Rank i gets DISTCOMM_RANK=i, RANK=i, a shared master port and auth token; see "
-      "tools/README.md.");
+      "tools/README.md.\nBackends built into this DistComm (what each can do):" +
+      backend_lines());
   app.add_option("-n,--np", o.np, "Number of ranks (also -np)")->check(CLI::Range(1, 4096));
-  app.add_option("--backend", o.backend,
-                 "DISTCOMM_BACKEND for the ranks: " + join(built_backends()) +
-                     ", or a plugin's name (plugins/README.md)");
+  app.add_option(
+      "--backend", o.backend,
+      "DISTCOMM_BACKEND for the ranks: " + distcomm::join_names(distcomm::built_backends()) +
+          ", or a plugin's name (plugins/README.md)");
   app.add_option("--timeout", o.timeout, "Stop the job after S seconds, exit 124 (0 = no limit)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--grace", o.grace, "Seconds between SIGTERM and SIGKILL when stopping")
@@ -279,7 +270,9 @@ int main(int argc, char** argv) {
     if (!config.backend.empty()) check_backend(config.backend, lookup_in(ranks.front()));
     // MPI processes must be started by MPI's own launcher (singletons cannot join each other):
     // mpirun starts the ranks, and is the one process watched here.
-    const bool via_mpirun = config.backend == "mpi";
+    const bool via_mpirun =
+        !config.backend.empty() &&
+        distcomm::traits_of(config.backend).can(distcomm::capability::mpi_world);
     if (!o.mpirun.empty() && !via_mpirun) {
       throw launch_failure(
           exit_usage, "--mpirun is for --backend mpi" +

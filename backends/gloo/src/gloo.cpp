@@ -96,7 +96,7 @@ void check_interface(const gloo_options& opts) {
 std::optional<gloo_backend> gloo_backend::split(const std::vector<int>& members,
                                                 const std::string& name) {
   if (members.empty()) return std::nullopt;
-  const int me = detail::position_in(members, rank_, "gloo");
+  const int me = detail::position_in(members, rank_, gloo_backend::name);
   gloo_options o = state_->opts;
   o.prefix.clear();  // a fresh counter under the sub-group's keys
   std::shared_ptr<store> kv = state_->kv.lock();
@@ -184,10 +184,11 @@ gloo_backend::gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_o
                           " to its peers on " + host + " failed: " + e.what() +
                           " (set DISTCOMM_IFACE to an interface or address the peers can reach)");
   } catch (const std::exception& e) {
-    throw backend_error("gloo", "connectFullMesh", 0, e.what());
+    throw backend_error(gloo_backend::name, "connectFullMesh", 0, e.what());
   }
   if (!state_->transport) {
-    throw backend_error("gloo", "connectFullMesh", 0, "the context does not use the tcp transport");
+    throw backend_error(gloo_backend::name, "connectFullMesh", 0,
+                        "the context does not use the tcp transport");
   }
   // A rank whose connections are all up may return, use the backend and drop it before a slower
   // peer got its own connect call in; that peer would then find the connection closed and fail
@@ -297,7 +298,7 @@ void run_native(detail::gloo_state& s, const char* what, deadline until, F&& bod
     if (clock::now() >= until) throw timeout_error(msg + " (deadline passed; DISTCOMM_TIMEOUT)");
     throw peer_lost_error(msg);
   } catch (const std::exception& e) {
-    throw backend_error("gloo", what, 0, e.what());
+    throw backend_error(gloo_backend::name, what, 0, e.what());
   }
 }
 
@@ -372,6 +373,13 @@ void gloo_backend::native_barrier(deadline until) {
     o.setTimeout(left_until(until));
     gloo::barrier(o);
   });
+}
+
+gloo_backend gloo_backend::connect(const config& cfg, const job* given) {
+  gloo_options o;
+  o.timeout = cfg.timeout;
+  check_interface(o);  // a wrong DISTCOMM_IFACE: refused on every rank before they meet
+  return gloo_backend(given ? *given : shared_bootstrap(cfg), o);
 }
 
 }  // namespace distcomm

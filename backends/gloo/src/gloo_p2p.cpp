@@ -300,7 +300,7 @@ void gloo_state::rethrow_transport(const gloo_op& op) {
                           "killed or crashed, or the network failed (" +
                           e.what() + ")");
   } catch (const std::exception& e) {
-    throw backend_error("gloo", op.send ? "send" : "recv", 0, what + ": " + e.what());
+    throw backend_error(gloo_backend::name, op.send ? "send" : "recv", 0, what + ": " + e.what());
   }
 }
 

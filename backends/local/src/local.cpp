@@ -19,6 +19,7 @@
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/group/members.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
+#include "distcomm/rendezvous/world.hpp"
 
 namespace distcomm {
 namespace detail {
@@ -77,7 +78,7 @@ struct local_world_state {
   // it removes the entry.
   std::mutex split_mu;
   std::map<std::string, std::pair<std::shared_ptr<local_world_state>, int>> splits;
-  std::vector<std::unique_ptr<rank_signal>> signals;  // by owner rank
+  std::vector<std::unique_ptr<rank_signal>> signals;           // by owner rank
   std::shared_ptr<store> kv = std::make_shared<hash_store>();  // group_store()
 
   std::atomic<bool> aborted{false};
@@ -480,7 +481,7 @@ void local_backend::native_barrier(deadline until) { sync("native barrier", unti
 std::optional<local_backend> local_backend::split(const std::vector<int>& members,
                                                   const std::string& name) {
   if (members.empty()) return std::nullopt;
-  const int me = detail::position_in(members, rank_, "local");
+  const int me = detail::position_in(members, rank_, local_backend::name);
   std::shared_ptr<detail::local_world_state> child;
   {
     const std::lock_guard<std::mutex> lock(world_->split_mu);
@@ -539,6 +540,20 @@ void local_world::run(const std::function<void(local_backend)>& body) const {
   }
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+}
+
+// As the backend of a launched process, a world of one: the ranks of a larger job are processes.
+local_backend local_backend::connect(const config&, const job* given) {
+  const world_info w = given ? given->world : detect_world();
+  if (w.size > 1) {
+    throw invalid_argument_error(
+        std::string("backend ") + name + ": its ranks are threads of one process, but " +
+        to_string(w.launcher) + " started this process as rank " + std::to_string(w.rank) + " of " +
+        std::to_string(w.size) +
+        "; name a backend whose ranks are processes (DISTCOMM_BACKEND; distcomm-run --help lists "
+        "them), or run the ranks as threads with distcomm::local_world");
+  }
+  return local_world(1).backend(0);
 }
 
 }  // namespace distcomm

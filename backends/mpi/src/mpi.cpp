@@ -26,7 +26,8 @@ void mpi_check(int rc, const char* routine) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  throw backend_error("mpi", routine, rc, std::string(text, static_cast<std::size_t>(len)));
+  throw backend_error(mpi_backend::name, routine, rc,
+                      std::string(text, static_cast<std::size_t>(len)));
 }
 
 namespace {
@@ -57,7 +58,7 @@ struct init_guard {
               "MPI_Init_thread");
     we_initialized = true;
     if (provided < MPI_THREAD_SERIALIZED) {
-      throw backend_error("mpi", "MPI_Init_thread", provided,
+      throw backend_error(mpi_backend::name, "MPI_Init_thread", provided,
                           "the MPI library does not provide MPI_THREAD_SERIALIZED");
     }
   }
@@ -524,7 +525,7 @@ std::optional<mpi_backend> mpi_backend::split(const std::vector<int>& members,
   // The smallest member names the group (groups are disjoint); the key is the new rank.
   const int color =
       members.empty() ? MPI_UNDEFINED : *std::min_element(members.begin(), members.end());
-  const int key = members.empty() ? 0 : detail::position_in(members, rank(), "mpi");
+  const int key = members.empty() ? 0 : detail::position_in(members, rank(), mpi_backend::name);
   MPI_Comm child = MPI_COMM_NULL;
   {
     const detail::mpi_lock lock(detail::mpi_mutex());
@@ -582,6 +583,19 @@ mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
 void mpi_backend::abort(const std::string& reason) noexcept {
   const detail::mpi_lock lock(detail::mpi_mutex());
   if (state_) state_->abort(reason);
+}
+
+mpi_backend mpi_backend::connect(const config&, const job* given) {
+  mpi_backend b;
+  if (given && (given->world.size != b.size() || given->world.rank != b.rank())) {
+    throw invalid_argument_error(
+        std::string("backend ") + name + ": its world is MPI_COMM_WORLD (rank " +
+        std::to_string(b.rank()) + " of " + std::to_string(b.size()) + "), not the group of " +
+        std::to_string(given->world.size) + " ranks this rank is " +
+        std::to_string(given->world.rank) +
+        " of; name a backend that connects through a store for this group");
+  }
+  return b;
 }
 
 }  // namespace distcomm

@@ -350,7 +350,7 @@ std::optional<nccl_backend> nccl_backend::split(const std::vector<int>& members,
   // The smallest member names the group (groups are disjoint); the key is the new rank.
   const int color =
       members.empty() ? NCCL_SPLIT_NOCOLOR : *std::min_element(members.begin(), members.end());
-  const int key = members.empty() ? 0 : detail::position_in(members, s.rank, "nccl");
+  const int key = members.empty() ? 0 : detail::position_in(members, s.rank, nccl_backend::name);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // as the parent: we poll with our deadline
   ncclComm_t child = nullptr;
@@ -574,6 +574,10 @@ void nccl_backend::native_barrier(deadline until) {
   }
   iallreduce(s.barrier_scratch, s.barrier_scratch, 1, dtype::i32, reduce_op::max, s.stream)
       .wait(until);
+}
+
+nccl_backend nccl_backend::connect(const config& cfg, const job* given) {
+  return nccl_backend(given ? *given : shared_bootstrap(cfg), -1, cfg.timeout);
 }
 
 }  // namespace distcomm

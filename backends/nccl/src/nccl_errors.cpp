@@ -1,5 +1,6 @@
 #include "errors.hpp"
 
+#include "distcomm/backends/nccl.hpp"
 #include "distcomm/core/error.hpp"
 
 namespace distcomm::detail {
@@ -22,7 +23,7 @@ void check_nccl(ncclResult_t code, const char* routine, ncclComm_t comm) {
     case ncclInvalidUsage:
       throw invalid_argument_error("nccl: " + describe_nccl(code, routine, comm));
     default:
-      throw backend_error("nccl", routine, static_cast<long>(code),
+      throw backend_error(nccl_backend::name, routine, static_cast<long>(code),
                           describe_nccl(code, routine, comm));
   }
 }

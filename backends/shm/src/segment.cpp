@@ -18,6 +18,7 @@
 #include <new>
 #include <string>
 
+#include "distcomm/backends/shm.hpp"
 #include "distcomm/core/error.hpp"
 
 namespace distcomm::detail::shm {
@@ -39,8 +40,9 @@ struct fd_guard {
 unsigned char* map(int fd, std::size_t bytes, const std::string& name) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    throw backend_error("shm", "mmap", errno, "mapping " + name + " (" + std::to_string(bytes) +
-                                                   " bytes): " + errno_text(errno));
+    throw backend_error(
+        shm_backend::name, "mmap", errno,
+        "mapping " + name + " (" + std::to_string(bytes) + " bytes): " + errno_text(errno));
   }
   return static_cast<unsigned char*>(p);
 }
@@ -91,7 +93,8 @@ segment segment::create(const std::string& name, int ranks, std::size_t ring_byt
   const std::size_t bytes = bytes_for(ranks, ring_bytes, chunk_bytes);
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
-    throw backend_error("shm", "shm_open", errno, "creating " + name + ": " + errno_text(errno));
+    throw backend_error(shm_backend::name, "shm_open", errno,
+                        "creating " + name + ": " + errno_text(errno));
   }
   const fd_guard guard{fd};
   // posix_fallocate reserves the pages: a /dev/shm too small fails here, where ftruncate alone
@@ -99,9 +102,9 @@ segment segment::create(const std::string& name, int ranks, std::size_t ring_byt
   if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
     unlink(name);
     throw backend_error(
-        "shm", "posix_fallocate", e,
-        "reserving " + std::to_string(bytes >> 20) + " MiB for " + name + " in /dev/shm: " +
-            errno_text(e) +
+        shm_backend::name, "posix_fallocate", e,
+        "reserving " + std::to_string(bytes >> 20) + " MiB for " + name +
+            " in /dev/shm: " + errno_text(e) +
             " (make /dev/shm larger, e.g. docker --shm-size, or DISTCOMM_SHM_RING and "
             "DISTCOMM_SHM_CHUNK smaller)");
   }
@@ -138,7 +141,7 @@ segment segment::open(const std::string& name, int ranks, std::size_t ring_bytes
         "the ranks of one host (name gloo or ucx for a job across hosts)");
   }
   const fd_guard guard{fd};
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
     throw invalid_argument_error("shm: " + name + " has " + std::to_string(st.st_size) +
                                  " bytes where " + std::to_string(bytes) +
@@ -212,8 +215,8 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
   ts.tv_sec = static_cast<time_t>(for_at_most.count() / 1000000000);
   ts.tv_nsec = static_cast<long>(for_at_most.count() % 1000000000);
   // Not FUTEX_PRIVATE_FLAG: the word lives in memory other processes map.
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts,
-            nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
+            0);
 }
 
 void futex_wake_all(std::atomic<std::uint32_t>& word) {

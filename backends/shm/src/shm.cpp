@@ -84,10 +84,10 @@ struct shm_op {
   const unsigned char* src = nullptr;  // a send's next byte to write
   unsigned char* dst = nullptr;        // a receive's buffer
   std::size_t moved = 0;
-  bool header_written = false;                      // a send
+  bool header_written = false;  // a send
   shm_op_state state = shm_op_state::pending;
-  std::exception_ptr failure;                       // when failed
-  std::unique_ptr<unsigned char[]> owned;           // a detached or cancelled send's bytes
+  std::exception_ptr failure;              // when failed
+  std::unique_ptr<unsigned char[]> owned;  // a detached or cancelled send's bytes
 
   std::string describe() const {
     return std::string(is_send ? "send of " : "receive of ") + std::to_string(bytes) + " bytes " +
@@ -138,10 +138,10 @@ struct shm_state {
   std::weak_ptr<store> kv;
   std::string prefix;
   shm_options opts;
-  std::uint64_t generation = 0;  // collectives entered
-  std::uint64_t staged = 0;      // chunks staged: the halves of the areas alternate
-  std::string own_name;          // until unlinked
-  bool connected = false;        // every peer's segment mapped
+  std::uint64_t generation = 0;     // collectives entered
+  std::uint64_t staged = 0;         // chunks staged: the halves of the areas alternate
+  std::string own_name;             // until unlinked
+  bool connected = false;           // every peer's segment mapped
   std::vector<const void*> inputs;  // a fold's inputs, one per rank (no allocation per call)
   bool aborted = false;
   std::string abort_reason;
@@ -263,11 +263,11 @@ struct shm_state {
   }
 
   std::exception_ptr size_mismatch(int s, tag_t tag, std::size_t sent, std::size_t expected) {
-    return std::make_exception_ptr(mismatch_error(
-        "shm: size mismatch between rank " + std::to_string(s) + " sending " +
-        std::to_string(sent) + " bytes and rank " + std::to_string(rank) + " expecting " +
-        std::to_string(expected) + " bytes (tag " + std::to_string(tag) +
-        "): the ranks called different collectives or sizes"));
+    return std::make_exception_ptr(
+        mismatch_error("shm: size mismatch between rank " + std::to_string(s) + " sending " +
+                       std::to_string(sent) + " bytes and rank " + std::to_string(rank) +
+                       " expecting " + std::to_string(expected) + " bytes (tag " +
+                       std::to_string(tag) + "): the ranks called different collectives or sizes"));
   }
 
   void start_message(int s, tag_t tag, std::size_t bytes) {
@@ -357,8 +357,7 @@ struct shm_state {
       return;
     }
     inbound& in_s = in[static_cast<std::size_t>(op->peer)];
-    in_s.posted.erase(std::remove(in_s.posted.begin(), in_s.posted.end(), op),
-                      in_s.posted.end());
+    in_s.posted.erase(std::remove(in_s.posted.begin(), in_s.posted.end(), op), in_s.posted.end());
     if (in_s.into == op) in_s.into = nullptr;  // the rest of the message is dropped
     for (unexpected_msg& m : in_s.unexpected) {
       if (m.claimed == op) m.claimed = nullptr;  // the next receive of that tag gets it
@@ -374,8 +373,8 @@ struct shm_state {
 
   [[noreturn]] void throw_lost(const shm_op& op) const {
     throw peer_lost_error("shm: rank " + std::to_string(op.peer) +
-                          " exited (or was killed) before the " + op.describe() +
-                          " completed, " + std::to_string(op.moved) + " bytes moved");
+                          " exited (or was killed) before the " + op.describe() + " completed, " +
+                          std::to_string(op.moved) + " bytes moved");
   }
 
   // peer_lost_error when q aborted.
@@ -606,9 +605,9 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   // 1 MiB: a chunk and its reduction stay in cache. 2 ranks, f32 sum, 2 interleaved runs on the
   // 2-core VM (2026-11-27), busbw at 2 / 32 / 128 MiB: 256 KiB 2.5-6.7 / 2.2-2.7 / 2.2-3.0 GB/s,
   // 1 MiB 4.9-8.4 / 2.8-2.9 / 3.2-3.3, 4 MiB 5.4 / 2.2-2.5 / 2.5.
-  opts.chunk_bytes = detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK",
-                                           std::size_t{1} << 20,
-                                           std::max<std::size_t>(4096, 64 * std::size_t(size)));
+  opts.chunk_bytes =
+      detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK", std::size_t{1} << 20,
+                            std::max<std::size_t>(4096, 64 * std::size_t(size)));
   if (!kv) {
     if (size != 1) {
       throw invalid_argument_error("shm: a world of " + std::to_string(size) +
@@ -623,8 +622,8 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   s.prefix = opts.prefix;
   if (s.prefix.empty()) {
     // The n-th shm backend of every rank gets the same prefix.
-    s.prefix = "distcomm/shm/" + std::to_string(kv->add("distcomm/shm/count/" +
-                                                           std::to_string(rank), 1));
+    s.prefix =
+        "distcomm/shm/" + std::to_string(kv->add("distcomm/shm/count/" + std::to_string(rank), 1));
   }
   s.opts = opts;
   s.seg.resize(static_cast<std::size_t>(size));
@@ -689,8 +688,8 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   }
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;
-    s.of(q) = detail::shm::segment::open(names[static_cast<std::size_t>(q)], size,
-                                         opts.ring_bytes, opts.chunk_bytes);
+    s.of(q) = detail::shm::segment::open(names[static_cast<std::size_t>(q)], size, opts.ring_bytes,
+                                         opts.chunk_bytes);
     s.watch[static_cast<std::size_t>(q)] = detail::shm::process_watch(s.of(q).head().pid);
   }
   // Once every rank has mapped every segment, the names can go: the memory lives as long as a
@@ -897,7 +896,7 @@ std::shared_ptr<store> shm_backend::group_store() const {
 std::optional<shm_backend> shm_backend::split(const std::vector<int>& members,
                                               const std::string& name) {
   if (members.empty()) return std::nullopt;
-  const int me = detail::position_in(members, rank_, "shm");
+  const int me = detail::position_in(members, rank_, shm_backend::name);
   shm_options o = state_->opts;
   o.prefix.clear();
   std::shared_ptr<store> kv = state_->kv.lock();
@@ -909,6 +908,12 @@ std::optional<shm_backend> shm_backend::split(const std::vector<int>& members,
   return shm_backend(
       kv ? std::make_shared<prefix_store>(state_->prefix + "/split/" + name, kv) : nullptr, me,
       static_cast<int>(members.size()), o);
+}
+
+shm_backend shm_backend::connect(const config& cfg, const job* given) {
+  shm_options o;
+  o.timeout = cfg.timeout;
+  return shm_backend(given ? *given : shared_bootstrap(cfg), o);
 }
 
 }  // namespace distcomm

@@ -52,7 +52,7 @@ constexpr const char* keepalive_interval = "1s";
 std::string status_text(ucs_status_t st) { return ucs_status_string(st); }
 
 [[noreturn]] void throw_status(const char* routine, ucs_status_t st) {
-  throw backend_error("ucx", routine, static_cast<long>(st), status_text(st));
+  throw backend_error(ucx_backend::name, routine, static_cast<long>(st), status_text(st));
 }
 
 void check(const char* routine, ucs_status_t st) {
@@ -467,7 +467,7 @@ struct ucx_state {
       ep.err_handler.arg = &p;
       const ucs_status_t es = ucp_ep_create(worker, &ep, &p.ep);
       if (es != UCS_OK) {
-        throw backend_error("ucx", "ucp_ep_create", static_cast<long>(es),
+        throw backend_error(ucx_backend::name, "ucp_ep_create", static_cast<long>(es),
                             "connecting to rank " + std::to_string(r) + ": " + status_text(es) +
                                 (es == UCS_ERR_UNREACHABLE
                                      ? " (set DISTCOMM_IFACE, or UCX_NET_DEVICES, to an interface "
@@ -538,7 +538,7 @@ struct ucx_state {
                             " s (DISTCOMM_TIMEOUT); is that rank running?");
       }
       if (is_peer_failure(st)) throw peer_lost_error(who(q.peer) + " failed: " + status_text(st));
-      throw backend_error("ucx", "handshake", static_cast<long>(st),
+      throw backend_error(ucx_backend::name, "handshake", static_cast<long>(st),
                           who(q.peer) + ": " + status_text(st));
     }
     for (pending& q : reqs) {
@@ -634,7 +634,8 @@ bool ucx_request::poll() {
       throw peer_lost_error(describe() + " failed: peer rank " + std::to_string(peer_) + " lost (" +
                             (p.failed ? p.failure : detail::status_text(st)) + ")");
     }
-    throw backend_error("ucx", kind_ == kind::send ? "ucp_tag_send_nbx" : "ucp_tag_recv_nbx",
+    throw backend_error(ucx_backend::name,
+                        kind_ == kind::send ? "ucp_tag_send_nbx" : "ucp_tag_recv_nbx",
                         static_cast<long>(st), describe() + ": " + detail::status_text(st));
   }
   if (received != bytes_) {
@@ -709,7 +710,7 @@ std::optional<ucx_backend> ucx_backend::split(const std::vector<int>& members,
                                               const std::string& name) {
   if (members.empty()) return std::nullopt;
   job j;
-  j.world.rank = detail::position_in(members, rank_, "ucx");
+  j.world.rank = detail::position_in(members, rank_, ucx_backend::name);
   j.world.size = static_cast<int>(members.size());
   j.kv = std::make_shared<prefix_store>(state_->prefix + "split/" + name, state_->kv);
   return ucx_backend(j, state_->timeout);
@@ -771,7 +772,7 @@ ucx_request ucx_backend::isend(const void* data, std::size_t bytes, int peer, ta
       throw peer_lost_error(req.describe() + " failed: peer rank " + std::to_string(peer) +
                             " lost (" + detail::status_text(st) + ")");
     }
-    throw backend_error("ucx", "ucp_tag_send_nbx", static_cast<long>(st),
+    throw backend_error(ucx_backend::name, "ucp_tag_send_nbx", static_cast<long>(st),
                         req.describe() + ": " + detail::status_text(st));
   }
   req.handle_ = r;
@@ -795,7 +796,7 @@ ucx_request ucx_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
       throw mismatch_error(req.describe() +
                            ": the matching send is larger (sizes differ across ranks)");
     }
-    throw backend_error("ucx", "ucp_tag_recv_nbx", static_cast<long>(st),
+    throw backend_error(ucx_backend::name, "ucp_tag_recv_nbx", static_cast<long>(st),
                         req.describe() + ": " + detail::status_text(st));
   }
   if (r == nullptr) return ucx_request{};  // not expected with NO_IMM_CMPL; nothing to wait for
@@ -825,6 +826,14 @@ void ucx_backend::abort(const std::string& reason) noexcept {
     }
   }
   state_->close_endpoints(deadline_after(std::chrono::seconds(5)));
+}
+
+ucx_backend ucx_backend::connect(const config& cfg, const job* given) {
+  // A DISTCOMM_IFACE this host does not have: refused on every rank before they meet.
+  if (const char* iface = std::getenv("DISTCOMM_IFACE"); iface != nullptr && *iface != '\0') {
+    (void)interface_for(iface);
+  }
+  return ucx_backend(given ? *given : shared_bootstrap(cfg), cfg.timeout);
 }
 
 }  // namespace distcomm

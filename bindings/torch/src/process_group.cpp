@@ -74,13 +74,14 @@ std::vector<at::Tensor> flat_list(const std::vector<std::vector<at::Tensor>>& li
 }  // namespace
 
 std::string backend_for(int size, bool one_host) {
-  if (size <= 1) return "local";
-  for (const char* name : {one_host ? "shm" : "", "gloo", "ucx"}) {
-    if (*name != '\0' && is_built_backend(name)) return name;
+  world_info w;
+  w.size = size;
+  w.local_size = one_host ? size : 1;
+  try {
+    return default_backend(w, /*through_store=*/true);  // the ranks meet through PyTorch's store
+  } catch (const invalid_argument_error& e) {
+    TORCH_CHECK(false, "distcomm: ", e.what());
   }
-  TORCH_CHECK(false, "distcomm: this DistComm has no backend that connects processes (built: ",
-              join_names(built_backends()),
-              "); rebuild it with gloo or UCX, or name a plugin in DISTCOMM_BACKEND");
 }
 
 process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -13,6 +13,7 @@
 // DISTCOMM_V1_MISMATCH and its message is consumed whole. No native collectives: DistComm runs
 // its point-to-point strategies over this plugin.
 #include <arpa/inet.h>
+#include <distcomm/distcomm_backend_traits_v1.h>
 #include <distcomm/distcomm_backend_v1.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -770,4 +771,16 @@ distcomm_backend_plugin_v1(void) {
     return t;
   }();
   return &table;
+}
+
+// What this backend is and can do (optional: without it, DistComm takes a plugin to run
+// processes meeting through the store, and nothing more). Every init meets anew through the
+// job's store, so a grown job's ranks connect like a new one's.
+extern "C" __attribute__((visibility("default"))) const distcomm_backend_traits_v1*
+distcomm_backend_plugin_v1_traits(void) {
+  static const distcomm_backend_traits_v1 traits = {
+      DISTCOMM_BACKEND_TRAITS_V1_VERSION, sizeof(distcomm_backend_traits_v1),
+      DISTCOMM_V1_CAN_PROCESSES | DISTCOMM_V1_CAN_STORE | DISTCOMM_V1_CAN_GROW,
+      "TCP sockets between processes, meeting through the job's store (an example plugin)"};
+  return &traits;
 }

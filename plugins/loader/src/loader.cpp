@@ -63,6 +63,42 @@ std::string joined(const std::vector<std::string>& items, const char* sep = ", "
   return out;
 }
 
+// The plugin's declaration (distcomm_backend_traits_v1.h), nullptr when it exports none;
+// invalid_argument_error when it is of another version or declares capabilities this DistComm
+// does not know.
+const distcomm_backend_traits_v1* declared_traits(void* handle, const std::string& path) {
+  ::dlerror();
+  void* sym = ::dlsym(handle, DISTCOMM_BACKEND_TRAITS_V1_SYMBOL);
+  if (sym == nullptr) return nullptr;
+  const auto entry = reinterpret_cast<distcomm_backend_traits_v1_fn>(sym);
+  const distcomm_backend_traits_v1* t = entry();
+  const std::string where =
+      "backend plugin " + path + " (" + DISTCOMM_BACKEND_TRAITS_V1_SYMBOL + ")";
+  if (t == nullptr) {
+    throw invalid_argument_error(where +
+                                 " returned no declaration; the plugin is broken: rebuild "
+                                 "it, or export no such function");
+  }
+  if (t->version != DISTCOMM_BACKEND_TRAITS_V1_VERSION ||
+      t->struct_size < sizeof(distcomm_backend_traits_v1)) {
+    throw invalid_argument_error(
+        where + " returned a declaration of version " + std::to_string(t->version) + " and " +
+        std::to_string(t->struct_size) + " bytes, expected version " +
+        std::to_string(DISTCOMM_BACKEND_TRAITS_V1_VERSION) + " of at least " +
+        std::to_string(sizeof(distcomm_backend_traits_v1)) +
+        " bytes: rebuild the plugin against this DistComm's distcomm_backend_traits_v1.h");
+  }
+  std::uint32_t known = 0;
+  for (const capability_name& c : capability_names) known |= static_cast<std::uint32_t>(c.value);
+  if ((t->capabilities & ~known) != 0) {
+    throw invalid_argument_error(where +
+                                 " declares capabilities this DistComm does not know (bits " +
+                                 std::to_string(t->capabilities & ~known) +
+                                 "): rebuild the plugin against this DistComm's header");
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string file_name(const std::string& name) { return prefix + name + suffix; }
@@ -216,6 +252,7 @@ library load_file(const std::string& path) {
     }
     library lib;
     lib.table_ = t;
+    lib.traits_ = declared_traits(handle, path);
     lib.path_ = path;
     lib.symbol_ = v.symbol;
     lib.version_ = v.version;
@@ -228,6 +265,17 @@ library load_file(const std::string& path) {
                                " this DistComm knows: it is not a DistComm backend plugin, or "
                                "one of a newer ABI version; rebuild it against this DistComm's "
                                "distcomm_backend_v1.h, or use a newer DistComm");
+}
+
+backend_traits traits_of(const library& lib) {
+  const distcomm_backend_v1& t = lib.table();
+  const distcomm_backend_traits_v1* d = lib.declared();
+  backend_traits traits(
+      t.name != nullptr ? t.name : "(unnamed)",
+      d != nullptr && d->summary != nullptr ? d->summary : "a backend plugin (no declaration)");
+  if ((t.flags & DISTCOMM_V1_DEVICE_MEMORY) != 0) traits = traits.moves(memory_kind::cuda);
+  return traits.with(d != nullptr ? static_cast<capability>(d->capabilities)
+                                  : capability::processes | capability::store);
 }
 
 }  // namespace distcomm::plugin

@@ -15,6 +15,7 @@
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce_op.hpp"
+#include "distcomm/distcomm_backend_traits_v1.h"
 #include "distcomm/distcomm_backend_v1.h"
 #include "distcomm/log.hpp"
 
@@ -34,6 +35,15 @@ static_assert(DISTCOMM_V1_SUM == static_cast<int>(reduce_op::sum) &&
               DISTCOMM_V1_MIN == static_cast<int>(reduce_op::min) &&
               DISTCOMM_V1_MAX == static_cast<int>(reduce_op::max) &&
               DISTCOMM_V1_PROD == static_cast<int>(reduce_op::prod));
+static_assert(DISTCOMM_V1_CAN_PROCESSES == static_cast<std::uint32_t>(capability::processes) &&
+                  DISTCOMM_V1_CAN_STORE == static_cast<std::uint32_t>(capability::store) &&
+                  DISTCOMM_V1_CAN_MPI_WORLD == static_cast<std::uint32_t>(capability::mpi_world) &&
+                  DISTCOMM_V1_CAN_SINGLE_HOST ==
+                      static_cast<std::uint32_t>(capability::single_host) &&
+                  DISTCOMM_V1_CAN_SPLIT == static_cast<std::uint32_t>(capability::split) &&
+                  DISTCOMM_V1_CAN_SHRINK == static_cast<std::uint32_t>(capability::shrink) &&
+                  DISTCOMM_V1_CAN_GROW == static_cast<std::uint32_t>(capability::grow),
+              "the plugin ABI's capability bits are distcomm::capability's");
 static_assert(DISTCOMM_V1_LOG_ERROR == static_cast<int>(log_level::error) &&
               DISTCOMM_V1_LOG_DEBUG == static_cast<int>(log_level::debug));
 // steady_clock counts CLOCK_MONOTONIC nanoseconds on Linux, the ABI's deadline clock.

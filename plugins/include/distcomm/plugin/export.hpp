@@ -5,9 +5,9 @@
 //     return distcomm::gloo_backend(h.kv(), h.rank, h.size);
 //   })
 //
-// and is built as a shared object exporting only distcomm_backend_plugin_v1. Every exception is
-// caught at the boundary and becomes a status code plus text; native collectives, send_detached
-// and the traits are taken from the backend type when it has them.
+// and is built as a shared object exporting only distcomm_backend_plugin_v1 and its declaration.
+// Every exception is caught at the boundary and becomes a status code plus text; native
+// collectives, send_detached and the traits are taken from the backend type when it has them.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/distcomm_backend_traits_v1.h"
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/plugin/abi.hpp"
@@ -186,6 +187,14 @@ class exported {
     return &t;
   }
 
+  // What the backend declares (distcomm_backend_traits_v1.h): B::traits, less what a backend behind
+  // the ABI cannot offer (sub-communicators, and with them shrink); a backend without traits runs
+  // processes meeting through the job's store.
+  static const distcomm_backend_traits_v1* declaration() noexcept {
+    static const distcomm_backend_traits_v1 d = make_declaration();
+    return &d;
+  }
+
  private:
   struct context {
     std::shared_ptr<host_store> kv;  // declared first: outlives the backend, which may use it
@@ -200,6 +209,23 @@ class exported {
   static distcomm_request_v1* handle(typename B::request&& r) {
     auto* b = new request_box{std::move(r)};
     return reinterpret_cast<distcomm_request_v1*>(b);
+  }
+
+ private:
+  static distcomm_backend_traits_v1 make_declaration() noexcept {
+    distcomm_backend_traits_v1 d{};
+    d.version = DISTCOMM_BACKEND_TRAITS_V1_VERSION;
+    d.struct_size = sizeof(distcomm_backend_traits_v1);
+    constexpr capability behind_abi = capability::processes | capability::store |
+                                      capability::mpi_world | capability::single_host |
+                                      capability::grow;
+    if constexpr (distcomm::detail::has_traits<B>::value) {
+      d.capabilities = static_cast<std::uint32_t>(B::traits.capabilities() & behind_abi);
+      d.summary = B::traits.summary();
+    } else {
+      d.capabilities = static_cast<std::uint32_t>(capability::processes | capability::store);
+    }
+    return d;
   }
 
   static distcomm_backend_v1 make_table() noexcept {
@@ -341,11 +367,16 @@ class exported {
 
 }  // namespace distcomm::plugin
 
-// Defines this shared object's entry point, distcomm_backend_plugin_v1(), for backend type
+// Defines this shared object's entry points, distcomm_backend_plugin_v1() and its declaration
+// distcomm_backend_plugin_v1_traits(), for backend type
 // `backend_type` made by the factory that follows it (anything convertible to
 // backend_type (*)(const distcomm::plugin::host&), e.g. a lambda without captures).
-#define DISTCOMM_EXPORT_BACKEND_V1(backend_type, ...)                          \
-  extern "C" __attribute__((visibility("default"))) const distcomm_backend_v1* \
-  distcomm_backend_plugin_v1(void) {                                           \
-    return ::distcomm::plugin::exported<backend_type>::table(__VA_ARGS__);     \
+#define DISTCOMM_EXPORT_BACKEND_V1(backend_type, ...)                                 \
+  extern "C" __attribute__((visibility("default"))) const distcomm_backend_v1*        \
+  distcomm_backend_plugin_v1(void) {                                                  \
+    return ::distcomm::plugin::exported<backend_type>::table(__VA_ARGS__);            \
+  }                                                                                   \
+  extern "C" __attribute__((visibility("default"))) const distcomm_backend_traits_v1* \
+  distcomm_backend_plugin_v1_traits(void) {                                           \
+    return ::distcomm::plugin::exported<backend_type>::declaration();                 \
   }

@@ -75,7 +75,14 @@ struct gloo_options {
 class gloo_backend {
  public:
   using request = gloo_request;
-  static constexpr const char* name = "gloo";
+  // What this backend is and can do, declared once (backend_traits.hpp).
+  static constexpr backend_traits traits =
+      backend_traits("gloo", "gloo's TCP transport, meeting through the job's store")
+          .with(capability::processes | capability::store | capability::split | capability::shrink |
+                capability::grow)
+          .across_hosts("rd:0-16K;tree:16K-64K;ring:64K-1M;native:1M-max")
+          .default_rank(4);
+  static constexpr const char* name = traits.name();
   // gloo's ring reduces in an order that depends on the rank, so results may differ in the last
   // bit between strategies (never between ranks).
   static constexpr bool native_is_deterministic = false;
@@ -95,6 +102,11 @@ class gloo_backend {
   gloo_backend(std::shared_ptr<store> kv, int rank, int size, gloo_options opts = {});
   // From bootstrap()'s result; the world's single_node decides the default interface.
   explicit gloo_backend(const job& j, gloo_options opts = {});
+
+  // This rank of `given` (a job the program met itself), else of the job the launcher started
+  // (shared_bootstrap); cfg.timeout. A wrong DISTCOMM_IFACE is refused before the ranks meet, so
+  // that every rank says why.
+  static gloo_backend connect(const config& cfg, const job* given = nullptr);
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }

@@ -15,6 +15,7 @@
 #include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/store.hpp"
 
 namespace distcomm {
@@ -54,7 +55,12 @@ class [[nodiscard]] local_request {
 class local_backend {
  public:
   using request = local_request;
-  static constexpr const char* name = "local";
+  // What this backend is and can do, declared once (backend_traits.hpp).
+  static constexpr backend_traits traits =
+      backend_traits("local", "ranks are threads of one process, with shared-memory collectives")
+          .with(capability::single_host | capability::split | capability::shrink)
+          .default_rank(1);
+  static constexpr const char* name = traits.name();
   // The shared-memory collectives reduce in rank order, like DistComm's deterministic mode.
   static constexpr bool native_is_deterministic = true;
   // strategy::automatic's table on this backend, from distcomm-bench-strategies on the 2-core
@@ -63,6 +69,11 @@ class local_backend {
   // above (np 8, 2 MiB: native 2.8 ms, tree 3.9 ms, ring 4.0 ms; np 2, 512 KiB: native 82 us,
   // tree 96 us, ring 104 us). docs/ARCHITECTURE.md has the full table.
   static constexpr const char* default_algo = "tree:0-128K;native:128K-max";
+
+  // A backend of the job the launcher started, or of `given`: as a process's backend it can
+  // only be a world of one (its ranks are threads: local_world); invalid_argument_error naming
+  // the backends that connect processes otherwise.
+  static local_backend connect(const config& cfg, const job* given = nullptr);
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept;

@@ -21,6 +21,7 @@
 #include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
 
 namespace distcomm {
 
@@ -97,7 +98,12 @@ class [[nodiscard]] mpi_request {
 class mpi_backend {
  public:
   using request = mpi_request;
-  static constexpr const char* name = "mpi";
+  // What this backend is and can do, declared once (backend_traits.hpp).
+  static constexpr backend_traits traits =
+      backend_traits("mpi", "MPI_COMM_WORLD of mpirun/mpiexec/srun (Open MPI, MPICH)")
+          .with(capability::processes | capability::mpi_world | capability::split)
+          .default_rank(2);
+  static constexpr const char* name = traits.name();
   // MPI's reductions combine in an order that depends on the algorithm it picks (and on the
   // number of processes per node), so results may differ in the last bits from ring/tree.
   static constexpr bool native_is_deterministic = false;
@@ -142,6 +148,11 @@ class mpi_backend {
   mpi_backend(const mpi_backend&) = delete;
   mpi_backend& operator=(const mpi_backend&) = delete;
   ~mpi_backend() = default;
+
+  // MPI_COMM_WORLD: no store, so no master address is needed (multi-node mpirun); refuses
+  // processes no MPI launcher started, saying how to start them. A `given` job must be
+  // MPI_COMM_WORLD itself: MPI cannot adopt ranks met through another store.
+  static mpi_backend connect(const config& cfg, const job* given = nullptr);
 
   int rank() const noexcept;
   int size() const noexcept;

@@ -109,13 +109,17 @@ class [[nodiscard]] nccl_request {
 class nccl_backend {
  public:
   using request = nccl_request;
-  static constexpr const char* name = "nccl";
+  // What this backend is and can do, declared once (backend_traits.hpp).
+  static constexpr backend_traits traits =
+      backend_traits("nccl", "NCCL on CUDA device memory, one GPU per rank")
+          .moves(memory_kind::cuda)
+          .with(capability::processes | capability::store | capability::split)
+          .default_rank(0);
+  static constexpr const char* name = traits.name();
   // NCCL's reduction order depends on its algorithm (ring, tree, NVLS) and protocol.
   static constexpr bool native_is_deterministic = false;
   // NCCL tunes its algorithms per size and topology itself.
   static constexpr const char* default_algo = "native:0-max";
-  // Buffers are CUDA device memory (tensor_view::memory == memory_kind::cuda).
-  static constexpr bool moves_device_memory = true;
 
   // How an adopted communicator is held.
   enum ownership {
@@ -142,6 +146,10 @@ class nccl_backend {
   nccl_backend(const nccl_backend&) = delete;
   nccl_backend& operator=(const nccl_backend&) = delete;
   ~nccl_backend() = default;  // the last request or copy of the state tears down
+
+  // This rank of `given` (a job the program met itself), else of the job the launcher started
+  // (shared_bootstrap), on device local rank modulo the devices; cfg.timeout.
+  static nccl_backend connect(const config& cfg, const job* given = nullptr);
 
   int rank() const noexcept;
   int size() const noexcept;

@@ -81,7 +81,14 @@ struct shm_options {
 class shm_backend {
  public:
   using request = shm_request;
-  static constexpr const char* name = "shm";
+  // What this backend is and can do, declared once (backend_traits.hpp).
+  static constexpr backend_traits traits =
+      backend_traits(
+          "shm", "shared memory between the processes of one host, meeting through the job's store")
+          .with(capability::processes | capability::store | capability::single_host |
+                capability::split | capability::shrink | capability::grow)
+          .default_rank(3);
+  static constexpr const char* name = traits.name();
   // The collectives fold every rank's copy in rank order (core/reduce.hpp's fold), like
   // DistComm's deterministic mode: bit-identical to it and across strategies.
   static constexpr bool native_is_deterministic = true;
@@ -100,6 +107,10 @@ class shm_backend {
   // id): returns once every rank has mapped every segment and the names are unlinked.
   shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_options opts = {});
   explicit shm_backend(const job& j, shm_options opts = {});
+
+  // This rank of `given` (a job the program met itself), else of the job the launcher started
+  // (shared_bootstrap); cfg.timeout.
+  static shm_backend connect(const config& cfg, const job* given = nullptr);
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }

@@ -112,7 +112,13 @@ class [[nodiscard]] ucx_request {
 class ucx_backend {
  public:
   using request = ucx_request;
-  static constexpr const char* name = "ucx";
+  // What this backend is and can do, declared once (backend_traits.hpp).
+  static constexpr backend_traits traits =
+      backend_traits("ucx", "UCX tag matching (TCP, RDMA), meeting through the job's store")
+          .with(capability::processes | capability::store | capability::split | capability::shrink |
+                capability::grow)
+          .default_rank(5);
+  static constexpr const char* name = traits.name();
   // strategy::automatic's table: recursive doubling while latency rules, the ring above (2 ranks,
   // f32 sum, in place: 4 KiB rd 35 us, ring 65 us, tree 63 us; 32 KiB ring 77 us, rd 115 us, tree
   // 204 us).
@@ -129,6 +135,11 @@ class ucx_backend {
   // From distcomm::bootstrap(); keeps j.kv alive. A one-rank job needs no store.
   explicit ucx_backend(const job& j,
                        std::optional<std::chrono::duration<double>> timeout = std::nullopt);
+
+  // This rank of `given` (a job the program met itself), else of the job the launcher started
+  // (shared_bootstrap); cfg.timeout. A DISTCOMM_IFACE this host lacks is refused before the
+  // ranks meet.
+  static ucx_backend connect(const config& cfg, const job* given = nullptr);
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "distcomm/backend_traits.hpp"
+#include "distcomm/distcomm_backend_traits_v1.h"
 #include "distcomm/distcomm_backend_v1.h"
 
 namespace distcomm::plugin {
@@ -49,10 +51,14 @@ class library {
   int version() const noexcept { return version_; }
   // The backend's own name, from its table.
   std::string name() const { return table_->name != nullptr ? table_->name : "(unnamed)"; }
+  // What the plugin declares it is and can do (distcomm_backend_traits_v1.h), or nullptr when it
+  // exports no declaration.
+  const distcomm_backend_traits_v1* declared() const noexcept { return traits_; }
 
  private:
   friend library load_file(const std::string& path);
   const distcomm_backend_v1* table_ = nullptr;
+  const distcomm_backend_traits_v1* traits_ = nullptr;
   std::string path_;
   std::string symbol_;
   int version_ = 0;
@@ -67,5 +73,10 @@ library load(const std::string& name, const env_lookup& getenv);
 // exports none of the known entry points (naming those tried), or when its table is of an unknown
 // or older version, or lacks a required function.
 library load_file(const std::string& path);
+
+// The plugin's backend as a built one declares itself: its table's name and memory
+// (DISTCOMM_V1_DEVICE_MEMORY), and the capabilities and summary of its declaration; a plugin that
+// declares none is taken to run processes meeting through the job's store, and nothing more.
+backend_traits traits_of(const library& lib);
 
 }  // namespace distcomm::plugin
