@@ -57,7 +57,7 @@ class DistCommConan(ConanFile):
         "with_cuda": False,
     }
     exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*",
-                       "cuda/*", "backends/*", "plugins/*", "tools/*", "bindings/*")
+                       "cuda/*", "init/*", "backends/*", "plugins/*", "tools/*", "bindings/*")
 
     def set_version(self):
         # One version, the one in project(DistComm VERSION ...).

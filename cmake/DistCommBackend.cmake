@@ -7,7 +7,8 @@
 # The backend's declaration (`static constexpr backend_traits traits` in
 # backends/<name>/include/distcomm/backends/<name>.hpp) is read here, and make_communicator() over
 # <name>_backend (every strategy's communicator, with the fusion policy FUSION names, else
-# fusion::buffer) is generated into the target from cmake/communicators.cpp.in.
+# fusion::buffer; on a host backend also a hierarchical job's, cmake/hierarchical_communicator.cpp.in)
+# is generated into the target from cmake/communicators.cpp.in.
 # A backend with a plugin.cpp beside its CMakeLists.txt is also built as a plugin
 # (distcomm_add_backend_plugin below).
 function(distcomm_add_backend name)
@@ -23,6 +24,13 @@ function(distcomm_add_backend name)
   else()
     set(DISTCOMM_BACKEND_FUSION fusion::buffer)
     set(DISTCOMM_BACKEND_FUSION_INCLUDE "")
+  endif()
+  get_property(_memory GLOBAL PROPERTY DISTCOMM_BACKEND_MEMORY_${name})
+  set(DISTCOMM_BACKEND_HIERARCHICAL "")
+  if(_memory STREQUAL "host")
+    file(READ ${PROJECT_SOURCE_DIR}/cmake/hierarchical_communicator.cpp.in
+         DISTCOMM_BACKEND_HIERARCHICAL)
+    string(CONFIGURE "${DISTCOMM_BACKEND_HIERARCHICAL}" DISTCOMM_BACKEND_HIERARCHICAL @ONLY)
   endif()
   set(_generated ${CMAKE_CURRENT_BINARY_DIR}/${name}_communicators.cpp)
   configure_file(${PROJECT_SOURCE_DIR}/cmake/communicators.cpp.in ${_generated} @ONLY)

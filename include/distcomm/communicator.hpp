@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -72,6 +73,36 @@ struct strategy_name<S, std::void_t<decltype(S::name)>> {
   static constexpr const char* value = S::name;
 };
 
+// A strategy with state of its own besides the settings (strategy::hierarchical: the levels it
+// runs large allreduces over, and their threshold) says what else the ranks must share,
+// `std::string identity() const`, and is retuned rather than made anew:
+// `S retuned(const config& c, const tuning& t) const`, and `void describe(tuning&) const` adds its
+// settings to current_tuning().
+template <class S, class = void>
+struct has_identity : std::false_type {};
+template <class S>
+struct has_identity<S, std::void_t<decltype(std::declval<const S&>().identity())>>
+    : std::true_type {};
+template <class S>
+std::string strategy_identity(const S& s) {
+  if constexpr (has_identity<S>::value) {
+    return s.identity();
+  } else {
+    return strategy_name<S>::value;
+  }
+}
+template <class S, class = void>
+struct has_backend_name : std::false_type {};
+template <class S>
+struct has_backend_name<S, std::void_t<decltype(std::declval<const S&>().backend_name())>>
+    : std::true_type {};
+template <class S, class = void>
+struct has_retuned : std::false_type {};
+template <class S>
+struct has_retuned<S, std::void_t<decltype(std::declval<const S&>().retuned(
+                          std::declval<const config&>(), std::declval<const tuning&>()))>>
+    : std::true_type {};
+
 }  // namespace detail
 
 template <class Backend, class Strategy = strategy::automatic, class Fusion = fusion::buffer>
@@ -86,6 +117,13 @@ class communicator {
 
   explicit communicator(Backend backend, config cfg = config::from_env())
       : communicator(std::move(backend), std::move(cfg), std::nullopt) {}
+  // With the strategy `make(settings)` returns, for one that holds more than settings
+  // (strategy::hierarchical); `settings` are cfg with the backend's defaults filled in.
+  // Sub-communicators make theirs from the settings alone.
+  communicator(Backend backend, config cfg, const std::function<Strategy(const config&)>& make)
+      : s_(std::make_unique<state>(std::move(backend), std::move(cfg), std::nullopt, &make)) {
+    set_log_level(s_->cfg.log);
+  }
 
   // A move hands over the whole state (and collectives still running keep running on it).
   communicator(communicator&&) noexcept = default;
@@ -115,7 +153,13 @@ class communicator {
   int rank() const { return get().backend.rank(); }
   int size() const { return get().backend.size(); }
   // The names programs print and accept: "gloo", "ring" (registry/strategies.hpp).
-  const char* backend_name() const noexcept { return detail::backend_name_of(s_->backend); }
+  // A strategy over levels of other backends names them (strategy::hierarchical: "shm+gloo").
+  const char* backend_name() const noexcept {
+    if constexpr (detail::has_backend_name<Strategy>::value) {
+      if (const char* n = s_->strategy.backend_name()) return n;
+    }
+    return detail::backend_name_of(s_->backend);
+  }
   static const char* strategy_name() {
     const char* n = registered_name<Strategy>();
     return n ? n : detail::strategy_name<Strategy>::value;
@@ -374,11 +418,12 @@ class communicator {
       t.fusion_threshold = s.cfg.fusion_threshold;
       t.fusion_cutoff = s.cfg.fusion_cutoff.value_or(0);
       t.segment_bytes = s.cfg.segment_bytes.value_or(0);
-      if constexpr (std::is_same_v<Strategy, strategy::automatic>) {
+      if constexpr (std::is_base_of_v<strategy::automatic, Strategy>) {
         t.algo = s.strategy.template table<Backend>();
       } else {
         t.algo = s.cfg.algo;
       }
+      if constexpr (detail::has_retuned<Strategy>::value) s.strategy.describe(t);
     });
     return t;
   }
@@ -404,12 +449,16 @@ class communicator {
         c.fusion_cutoff = t.fusion_cutoff;
         c.segment_bytes = t.segment_bytes;
         c.algo = t.algo;
-        s.strategy = Strategy(c);
+        if constexpr (detail::has_retuned<Strategy>::value) {
+          s.strategy = s.strategy.retuned(c, t);
+        } else {
+          s.strategy = Strategy(c);
+        }
         s.fusion = Fusion(c);
         if constexpr (detail::fusion_traces<Fusion>::value) {
           if (s.timeline) s.fusion.trace_to(s.timeline, s.track);
         }
-        s.check.retune(check::settings_of(c, detail::strategy_name<Strategy>::value));
+        s.check.retune(check::settings_of(c, detail::strategy_identity(s.strategy).c_str()));
         s.cfg = std::move(c);
       });
     }
@@ -446,13 +495,14 @@ class communicator {
   }
 
   struct state {
-    state(Backend b, config c, std::optional<trace::flight_recorder::identity> id)
+    state(Backend b, config c, std::optional<trace::flight_recorder::identity> id,
+          const std::function<Strategy(const config&)>* make = nullptr)
         : backend(std::move(b)),
           cfg(with_backend_defaults(detail::with_runtime_defaults(backend, std::move(c)))),
-          strategy(cfg),
+          strategy(make != nullptr ? (*make)(cfg) : Strategy(cfg)),
           fusion(cfg),
           check(cfg.mismatch_check && !moves_device,
-                check::settings_of(cfg, detail::strategy_name<Strategy>::value)),
+                check::settings_of(cfg, detail::strategy_identity(strategy).c_str())),
           timeline(trace::timeline::open(cfg.timeline, backend.rank())) {
       check.watch_stalls(backend.rank(), cfg.stall_warning);
       if (cfg.flight_recorder != 0) {

@@ -1,5 +1,5 @@
 // DistComm umbrella header: core types, configuration, strategies, fusion, the communicator and
-// every backend this installation was built with.
+// every backend this installation was built with; init() where DistComm::init is linked.
 #pragma once
 
 #include "distcomm/any_communicator.hpp"
@@ -17,7 +17,6 @@
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/fusion/none.hpp"
-#include "distcomm/init.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
@@ -35,6 +34,10 @@
 #include "distcomm/strategy/table.hpp"
 #include "distcomm/strategy/tree.hpp"
 
+// The run-time layer (DistComm::init: init(), the registry of backends), where it is linked.
+#if __has_include("distcomm/init.hpp")
+#include "distcomm/init.hpp"
+#endif
 #if __has_include("distcomm/backends/local.hpp")
 #include "distcomm/backends/local.hpp"
 #endif

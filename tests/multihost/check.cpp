@@ -11,6 +11,10 @@
 //  * on a hierarchical communicator: retune() moves its threshold on every rank (an allreduce
 //    below the new one still sums) and leaves the level across hosts its own table, and ranks
 //    asking for different thresholds get a mismatch_error on every rank, the threshold kept;
+//  * with --stack, on a hierarchical communicator: Tensor Fusion's threshold and cutoff, and
+//    integer avg's rounding, as on the flat path (check_stack);
+//  * with --grouped-mismatch: a grouped allreduce whose tensors differ between hosts gives
+//    mismatch_error on every rank (check_grouped_mismatch), and nothing else is checked;
 //  * with --expect-error TEXT: init() must fail, its message containing TEXT (a refused
 //    interface, shm across hosts).
 // Exit status 0 when all holds; prints one line per rank either way.
@@ -18,9 +22,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -82,19 +88,19 @@ bool check_hierarchical(dc::any_communicator& comm, std::size_t bench_bytes) {
 // The hierarchical threshold retuned (communicator::retune, as the engine's autotuner does).
 bool check_retune(dc::any_communicator& comm) {
   constexpr std::size_t MiB = std::size_t{1} << 20;
-  dc::hierarchical_communicator* h = comm.target<dc::hierarchical_communicator>();
+  const std::shared_ptr<dc::hierarchical> h = dc::levels_of(comm);
   if (h == nullptr) return false;
-  const dc::tuning across = h->levels().inter().current_tuning();
+  const dc::tuning across = h->inter().current_tuning();
   dc::tuning t = comm.current_tuning();
   t.hierarchical_threshold = MiB;
   comm.retune(t);
   bool ok = comm.current_tuning().hierarchical_threshold == MiB;
   // The level across hosts keeps its own settings (its table) where flat's did not move...
-  ok = ok && h->levels().inter().current_tuning() == across;
+  ok = ok && h->inter().current_tuning() == across;
   // ...and follows a setting that did, keeping its table.
   t.segment_bytes = 512 * 1024;
   comm.retune(t);
-  const dc::tuning moved = h->levels().inter().current_tuning();
+  const dc::tuning moved = h->inter().current_tuning();
   ok = ok && moved.segment_bytes == t.segment_bytes &&
        moved.algo.to_string() == across.algo.to_string();
   std::vector<double> v(50000, comm.rank() + 1.0);  // 400 KB: flat from now on
@@ -116,8 +122,84 @@ bool check_retune(dc::any_communicator& comm) {
   return ok;
 }
 
+// A hierarchical communicator is the flat one with a strategy over the levels, so the flat path's
+// rules hold on its large allreduces too:
+//  * Tensor Fusion packs a grouped call as the settings say: 4 tensors of 48 KiB with a fusion
+//    threshold of 128 KiB make 2 buffers, a 512 KiB tensor past a cutoff of 256 KiB runs alone,
+//    and each of those 3 runs (from the hierarchical threshold, 64 KiB) takes its own
+//    reduce-scatter and allgather inside the host (run under DISTCOMM_FUSION_THRESHOLD=128K,
+//    DISTCOMM_FUSION_CUTOFF=256K, DISTCOMM_HIERARCHICAL=64K);
+//  * integer avg is the sum divided once by the ranks, truncated toward zero, as on the flat path
+//    (not the average of the hosts' averages).
+bool check_stack(dc::any_communicator& comm) {
+  const std::shared_ptr<dc::hierarchical> h = dc::levels_of(comm);
+  if (h == nullptr) {
+    std::printf("rank %d: not a hierarchical communicator (%s)\n", comm.rank(),
+                comm.backend_name());
+    return false;
+  }
+  const dc::config& cfg = comm.settings();
+  bool ok = cfg.fusion_threshold == (std::size_t{128} << 10) &&
+            cfg.fusion_cutoff.value_or(0) == (std::size_t{256} << 10) &&
+            comm.current_tuning().hierarchical_threshold == (std::size_t{64} << 10);
+  const float r = comm.rank() + 1.0f;
+  std::vector<std::vector<float>> small(4, std::vector<float>(12288, r));
+  std::vector<float> large(131072, 2 * r);
+  std::vector<dc::tensor_view> views;
+  for (auto& t : small) views.push_back(dc::view(t));
+  views.push_back(dc::view(large));
+  const std::uint64_t before = h->intra().calls();
+  comm.allreduce(dc::span<const dc::tensor_view>(views.data(), views.size()));
+  const std::uint64_t runs = (h->intra().calls() - before) / 2;
+  const float sum = comm.size() * (comm.size() + 1) / 2.0f;
+  bool sums = large.front() == 2 * sum && large.back() == 2 * sum;
+  for (const auto& t : small) sums = sums && t.front() == sum && t.back() == sum;
+  ok = ok && runs == 3 && sums;
+  // Integer avg over the levels (100002 elements: from the threshold, even per host).
+  std::vector<std::int32_t> v(100002);
+  const auto value = [](int rank, std::size_t i) {
+    return static_cast<std::int32_t>((rank * 7 + static_cast<int>(i % 13)) % 11) - 5;
+  };
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = value(comm.rank(), i);
+  comm.allreduce(dc::view(v), dc::reduce_op::avg);
+  bool avg_ok = true;
+  for (std::size_t i = 0; i < v.size() && avg_ok; ++i) {
+    std::int64_t total = 0;
+    for (int q = 0; q < comm.size(); ++q) total += value(q, i);
+    avg_ok = v[i] == static_cast<std::int32_t>(total / comm.size());  // truncates toward zero
+  }
+  ok = ok && avg_ok;
+  std::printf(
+      "rank %d: hierarchical stack: %llu fused runs (want 3), sums %s, integer avg %s: %s\n",
+      comm.rank(), static_cast<unsigned long long>(runs), sums ? "right" : "WRONG",
+      avg_ok ? "as flat" : "DIFFERS FROM FLAT", ok ? "ok" : "WRONG");
+  return ok;
+}
+
+// Ranks whose grouped allreduce lays the same bytes out as different tensors (this host
+// [64 KiB, 192 KiB], the other [192 KiB, 64 KiB]: 256 KiB either way, the hierarchical
+// threshold) get a mismatch_error on every rank, naming the grouped allreduce, not a sum across
+// tensor boundaries.
+bool check_grouped_mismatch(dc::any_communicator& comm, int node) {
+  std::vector<float> a(node == 0 ? 16384 : 49152, 1.0f), b(node == 0 ? 49152 : 16384, 1.0f);
+  const dc::tensor_view both[] = {dc::view(a), dc::view(b)};
+  std::string what = "no error";
+  bool ok = false;
+  try {
+    comm.allreduce(dc::span<const dc::tensor_view>(both, 2));
+  } catch (const dc::mismatch_error& e) {
+    what = e.what();
+    ok = what.find("grouped allreduce") != std::string::npos;
+  } catch (const std::exception& e) {
+    what = std::string("not a mismatch_error: ") + e.what();
+  }
+  std::printf("rank %d (%s): grouped layouts differing between hosts: %s: %s\n", comm.rank(),
+              comm.backend_name(), what.c_str(), ok ? "ok" : "WRONG");
+  return ok;
+}
+
 int check(const std::string& expect_error, const std::string& expect_backend, bool hierarchical,
-          std::size_t bench_bytes) {
+          std::size_t bench_bytes, bool stack, bool grouped_mismatch) {
   const dc::world_info w = dc::detect_world();
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -135,6 +217,7 @@ int check(const std::string& expect_error, const std::string& expect_backend, bo
     }
   }
   dc::any_communicator comm = dc::init();
+  if (grouped_mismatch) return check_grouped_mismatch(comm, w.node_rank) ? 0 : 1;
   bool ok = comm.rank() == w.rank && comm.size() == w.size;
   // Every rank's host name, through the job's own collectives.
   std::vector<char> mine(64, 0), all(64 * static_cast<std::size_t>(comm.size()), 0);
@@ -175,6 +258,7 @@ int check(const std::string& expect_error, const std::string& expect_backend, bo
     ok = false;
   }
   if (hierarchical) ok = check_hierarchical(comm, bench_bytes) && ok;
+  if (stack) ok = check_stack(comm) && ok;
   if (comm.retunable() && comm.current_tuning().hierarchical_threshold != 0) {
     ok = check_retune(comm) && ok;
   }
@@ -198,9 +282,14 @@ int main(int argc, char** argv) {
   app.add_option("--expect-backend", expect_backend, "init() must choose this backend");
   app.add_flag("--hierarchical", hierarchical, "Check distcomm::hierarchical against the flat one");
   app.add_option("--bench", bench_bytes, "With --hierarchical: time both at this many bytes");
+  bool stack = false, grouped_mismatch = false;
+  app.add_flag("--stack", stack,
+               "On a hierarchical communicator: fusion settings and integer avg as the flat path");
+  app.add_flag("--grouped-mismatch", grouped_mismatch,
+               "Grouped layouts that differ between hosts must give mismatch_error on every rank");
   CLI11_PARSE(app, argc, argv);
   try {
-    return check(expect_error, expect_backend, hierarchical, bench_bytes);
+    return check(expect_error, expect_backend, hierarchical, bench_bytes, stack, grouped_mismatch);
   } catch (const std::exception& e) {
     std::printf("distcomm-multihost-check: %s\n", e.what());
     return 1;

@@ -1,6 +1,7 @@
 #include "distcomm/hierarchical.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -110,7 +111,47 @@ hierarchical hierarchical::connect(const init_options& intra, const init_options
 }
 
 hierarchical::hierarchical(any_communicator intra, any_communicator inter)
-    : intra_(std::move(intra)), inter_(std::move(inter)) {}
+    : intra_(std::move(intra)),
+      inter_(std::move(inter)),
+      name_(std::string(intra_.backend_name()) + "+" + inter_.backend_name()) {}
+
+void hierarchical::allreduce(void* data, std::size_t count, dtype t, reduce_op op, deadline) {
+  // Each level's communicator keeps its own deadline (the settings' timeout).
+  allreduce(tensor_view{data, count, t}, op);
+}
+
+void hierarchical::retune(const config& was, const config& now) {
+  if (!started_) started_.emplace(was, inter_.current_tuning());
+  const config& flat_start = started_->first;
+  const tuning& own = started_->second;
+  // A setting left where flat started keeps the level's own value; one moved goes to both.
+  const auto follow = [](std::size_t to, std::size_t flat_was, std::size_t own_value) {
+    return to == flat_was ? own_value : to;
+  };
+  tuning across = own;  // its table included
+  across.fusion_threshold =
+      follow(now.fusion_threshold, flat_start.fusion_threshold, own.fusion_threshold);
+  across.fusion_cutoff = follow(now.fusion_cutoff.value_or(0), flat_start.fusion_cutoff.value_or(0),
+                                own.fusion_cutoff);
+  across.segment_bytes = follow(now.segment_bytes.value_or(0), flat_start.segment_bytes.value_or(0),
+                                own.segment_bytes);
+  if (!(across == inter_.current_tuning())) inter_.retune(across);
+}
+
+std::size_t hierarchical::agree(std::size_t threshold) {
+  // The largest and the smallest asked for: max of (t, -t), over the host, then across hosts.
+  std::int64_t range[2] = {static_cast<std::int64_t>(threshold),
+                           -static_cast<std::int64_t>(threshold)};
+  intra_.allreduce(tensor_view{range, 2, dtype::i64}, reduce_op::max);
+  inter_.allreduce(tensor_view{range, 2, dtype::i64}, reduce_op::max);
+  if (range[0] != -range[1]) {
+    throw mismatch_error("retune: the ranks asked for different hierarchical thresholds (" +
+                         format_bytes(static_cast<std::size_t>(-range[1])) + " to " +
+                         format_bytes(static_cast<std::size_t>(range[0])) +
+                         "); every rank must retune to the same settings");
+  }
+  return threshold;
+}
 
 void hierarchical::allreduce(tensor_view data, reduce_op op) {
   const std::size_t es = dtype_size(data.type);
