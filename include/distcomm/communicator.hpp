@@ -38,9 +38,9 @@
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/group/members.hpp"
 #include "distcomm/log.hpp"
-#include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/survivors.hpp"
 #include "distcomm/strategy/automatic.hpp"
+#include "distcomm/strategy/identity.hpp"
 #include "distcomm/trace/flight_recorder.hpp"
 #include "distcomm/trace/timeline.hpp"
 
@@ -152,8 +152,9 @@ class communicator {
 
   int rank() const { return get().backend.rank(); }
   int size() const { return get().backend.size(); }
-  // The names programs print and accept: "gloo", "ring" (registry/strategies.hpp).
-  // A strategy over levels of other backends names them (strategy::hierarchical: "shm+gloo").
+  // The names programs print and accept: "gloo", "ring" (backend_traits.hpp,
+  // strategy/identity.hpp). A strategy over levels of other backends names them
+  // (strategy::hierarchical: "shm+gloo").
   const char* backend_name() const noexcept {
     if constexpr (detail::has_backend_name<Strategy>::value) {
       if (const char* n = s_->strategy.backend_name()) return n;
@@ -161,8 +162,11 @@ class communicator {
     return detail::backend_name_of(s_->backend);
   }
   static const char* strategy_name() {
-    const char* n = registered_name<Strategy>();
-    return n ? n : detail::strategy_name<Strategy>::value;
+    if constexpr (detail::has_algorithm_id<Strategy>::value) {
+      return name_of(Strategy::id);
+    } else {
+      return detail::strategy_name<Strategy>::value;
+    }
   }
   Backend& backend() noexcept { return s_->backend; }
   const config& settings() const noexcept { return s_->cfg; }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "distcomm/core/error.hpp"
 
@@ -112,28 +114,10 @@ machine as_run(const machine& m, int ranks, std::size_t bytes) {
 
 }  // namespace
 
-const char* name_of(algorithm a) {
-  switch (a) {
-    case algorithm::ring:
-      return "ring";
-    case algorithm::tree:
-      return "tree";
-    case algorithm::recursive_doubling:
-      return "rd";
-    case algorithm::parameter_server:
-      return "ps";
-    case algorithm::hierarchical:
-      return "hierarchical";
-  }
-  return "?";
-}
-
-algorithm algorithm_named(const std::string& name) {
-  if (name == "ring" || name == "native") return algorithm::ring;
-  if (name == "tree") return algorithm::tree;
-  if (name == "rd" || name == "recursive_doubling") return algorithm::recursive_doubling;
-  if (name == "ps" || name == "parameter_server") return algorithm::parameter_server;
-  if (name == "hierarchical") return algorithm::hierarchical;
+algorithm modelled(const std::string& name) {
+  const std::optional<algorithm> a = algorithm_named(name);
+  if (a && *a == algorithm::native) return algorithm::ring;  // the backend's own: as a ring
+  if (a && *a != algorithm::automatic) return *a;
   throw invalid_argument_error("the model knows no strategy '" + name +
                                "' (ring, tree, rd, ps, hierarchical, native as ring)");
 }
@@ -183,6 +167,11 @@ double allreduce_seconds(algorithm a, const machine& m, std::size_t bytes, int r
     case algorithm::hierarchical:
       messages = hierarchical(run, n, ranks);
       break;
+    case algorithm::native:  // the backend's own: as a ring
+      messages = ring(run, flat_link(run, ranks), n, ranks);
+      break;
+    case algorithm::automatic:
+      throw invalid_argument_error("the model costs a strategy, not automatic's choice of one");
   }
   return m.call_alpha + messages;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "distcomm/core/error.hpp"
@@ -50,20 +51,10 @@ std::string whole_units_of(const std::string& fraction) {
 
 }  // namespace
 
-const char* to_string(algorithm a) noexcept {
-  switch (a) {
-    case algorithm::ring:
-      return "ring";
-    case algorithm::tree:
-      return "tree";
-    case algorithm::parameter_server:
-      return "ps";
-    case algorithm::native:
-      return "native";
-    case algorithm::recursive_doubling:
-      return "rd";
-  }
-  return "invalid-algorithm";
+const char* to_string(algorithm a) noexcept { return name_of(a); }
+
+bool in_tables(algorithm a) noexcept {
+  return a != algorithm::automatic && a != algorithm::hierarchical;
 }
 
 std::string format_bytes(std::size_t b) {
@@ -134,19 +125,15 @@ algo_table algo_table::parse(const std::string& text, const std::string& source)
     if (colon == std::string::npos) throw fail("has no ':'");
     const std::string name = lower(trim(item.substr(0, colon)));
     algo_range r;
-    if (name == "ring") {
-      r.algo = algorithm::ring;
-    } else if (name == "tree") {
-      r.algo = algorithm::tree;
-    } else if (name == "ps" || name == "parameter_server") {
-      r.algo = algorithm::parameter_server;
-    } else if (name == "native") {
-      r.algo = algorithm::native;
-    } else if (name == "rd" || name == "recursive_doubling") {
-      r.algo = algorithm::recursive_doubling;
-    } else {
-      throw fail("names unknown algorithm '" + name + "' (known: ring, tree, ps, native, rd)");
+    const std::optional<algorithm> named = algorithm_named(name);
+    if (!named || !in_tables(*named)) {
+      std::string known;
+      for (const algorithm_info& i : algorithm_infos) {
+        if (in_tables(i.id)) known += (known.empty() ? "" : ", ") + std::string(i.name);
+      }
+      throw fail("names unknown algorithm '" + name + "' (known: " + known + ")");
     }
+    r.algo = *named;
     const std::string range = item.substr(colon + 1);
     const auto dash = range.find('-');
     if (dash == std::string::npos) throw fail("has no lo-hi range");

@@ -152,10 +152,13 @@ TEST_CASE("sim: edges, names and bus bandwidth") {
   CHECK(t(algorithm::ring, flat(), 0, 4) == 0.0);
   CHECK_THROWS_AS(t(algorithm::parameter_server, flat(), mb4, 4, 5), invalid_argument_error);
   CHECK_THROWS_AS(t(algorithm::ring, flat(), mb4, 0), invalid_argument_error);
-  CHECK(algorithm_named("recursive_doubling") == algorithm::recursive_doubling);
-  CHECK(algorithm_named("native") == algorithm::ring);
+  CHECK(modelled("recursive_doubling") == algorithm::recursive_doubling);
+  CHECK(modelled("native") == algorithm::ring);
+  CHECK(modelled("hierarchical") == algorithm::hierarchical);
   CHECK(std::string(name_of(algorithm::parameter_server)) == "ps");
-  CHECK_THROWS_AS(algorithm_named("auto"), invalid_argument_error);
+  CHECK_THROWS_AS(modelled("auto"), invalid_argument_error);
+  CHECK_THROWS_AS(modelled("nope"), invalid_argument_error);
+  CHECK_THROWS_AS(t(algorithm::automatic, flat(), mb4, 4), invalid_argument_error);
   CHECK(bus_bandwidth(1000000000, 4, 1.0) == doctest::Approx(1.5e9));
 }
 

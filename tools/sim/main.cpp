@@ -128,7 +128,7 @@ std::vector<sim::algorithm> chosen(const std::vector<std::string>& names, const 
   std::vector<sim::algorithm> out;
   const std::vector<sim::algorithm> can = sim::algorithms_for(m, ranks);
   for (const std::string& n : names) {
-    const sim::algorithm a = sim::algorithm_named(n);
+    const sim::algorithm a = sim::modelled(n);
     if (std::find(can.begin(), can.end(), a) != can.end()) out.push_back(a);
   }
   return out;
@@ -141,7 +141,7 @@ int allreduce_table(const sim::machine& m, const std::vector<int>& ranks,
     const std::vector<sim::algorithm> algos = chosen(names, m, p);
     std::printf("# %d ranks, %d per node; time in us (busbw GB/s)\n", p, m.ranks_per_node);
     std::printf("%12s", "bytes");
-    for (sim::algorithm a : algos) std::printf(" %22s", sim::name_of(a));
+    for (sim::algorithm a : algos) std::printf(" %22s", distcomm::name_of(a));
     std::printf(" %14s\n", "fastest");
     for (const std::string& s : sizes) {
       const std::size_t bytes = distcomm::parse_bytes(s, "--bytes");
@@ -153,7 +153,7 @@ int allreduce_table(const sim::machine& m, const std::vector<int>& ranks,
         std::printf(" %12.1f (%7.2f)", t * 1e6, sim::bus_bandwidth(bytes, p, t) / 1e9);
         if (t < best) {
           best = t;
-          pick = sim::name_of(a);
+          pick = distcomm::name_of(a);
         }
       }
       std::printf(" %14s\n", pick);
@@ -204,15 +204,16 @@ int step_table(const sim::machine& m, const std::vector<int>& ranks, const step_
       o.ranks = p;
       o.ps_servers = servers(m, ps_servers, p);
       const sim::step_result r = sim::simulate_step(m, layers, o);
-      std::printf("  %s %.1f (%.0f%%)", sim::name_of(a), r.step_seconds * 1e3, r.efficiency * 100);
+      std::printf("  %s %.1f (%.0f%%)", distcomm::name_of(a), r.step_seconds * 1e3,
+                  r.efficiency * 100);
       if (csv.is_open()) {
-        csv << q.profile << ',' << p << ',' << sim::name_of(a) << ',' << r.step_seconds * 1e3 << ','
-            << r.efficiency << ',' << r.comm_seconds * 1e3 << ',' << r.exposed_seconds * 1e3 << ','
-            << r.buckets << '\n';
+        csv << q.profile << ',' << p << ',' << distcomm::name_of(a) << ',' << r.step_seconds * 1e3
+            << ',' << r.efficiency << ',' << r.comm_seconds * 1e3 << ',' << r.exposed_seconds * 1e3
+            << ',' << r.buckets << '\n';
       }
       if (r.step_seconds < best) {
         best = r.step_seconds;
-        pick = sim::name_of(a);
+        pick = distcomm::name_of(a);
       }
     }
     std::printf("  -> %s\n", pick);
@@ -246,7 +247,7 @@ std::vector<sim::sample> samples_of(const std::string& path, int ps_servers) {
                  path.c_str());
     return out;
   }
-  const sim::algorithm a = sim::algorithm_named(strategy);
+  const sim::algorithm a = sim::modelled(strategy);
   const int ranks = j.value("ranks", 0);
   for (const nlohmann::json& r : j["results"]) {
     const nlohmann::json* m = nullptr;
@@ -311,8 +312,8 @@ void report_errors(const char* what, const std::vector<sim::sample>& samples,
               "predicted_us", "error");
   for (std::size_t k = 0; k < samples.size(); ++k) {
     const sim::sample& s = samples[k];
-    std::printf("%-14s %6d %12zu %14.2f %14.2f %7.1f%%\n", sim::name_of(s.algo), s.ranks, s.bytes,
-                s.seconds * 1e6, s.seconds * (1 + errors[k]) * 1e6, errors[k] * 100);
+    std::printf("%-14s %6d %12zu %14.2f %14.2f %7.1f%%\n", distcomm::name_of(s.algo), s.ranks,
+                s.bytes, s.seconds * 1e6, s.seconds * (1 + errors[k]) * 1e6, errors[k] * 100);
   }
 }
 

@@ -1,6 +1,7 @@
 // The strategies by name: the one list of them, the names and aliases programs accept, and a
 // visitor that calls a generic function with the strategy's type. Every tool, example, benchmark
-// and test that takes a strategy by name goes through it, so a new strategy is one line here.
+// and test that takes a strategy by name goes through it, so a new strategy is its identity
+// (strategy/identity.hpp) and one line here.
 //   distcomm::visit_strategy<Backend>("ring", [&](auto tag) {
 //     using S = typename decltype(tag)::type;   // distcomm::strategy::ring
 //     ...
@@ -19,6 +20,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/registry/table.hpp"
 #include "distcomm/strategy/automatic.hpp"
+#include "distcomm/strategy/identity.hpp"
 #include "distcomm/strategy/native.hpp"
 #include "distcomm/strategy/parameter_server.hpp"
 #include "distcomm/strategy/recursive_doubling.hpp"
@@ -43,21 +45,18 @@ struct strategy_entry {
   strategy_info info;
 };
 
-// The list. Its order is the order of --help texts and of the README.
-inline constexpr auto strategy_table = std::make_tuple(
-    strategy_entry<strategy::automatic>{
-        {"auto", "automatic", "picks one of the others per size from a table (DISTCOMM_ALGO)"}},
-    strategy_entry<strategy::ring>{
-        {"ring", "", "reduce-scatter then allgather around a ring; bandwidth-optimal"}},
-    strategy_entry<strategy::tree>{
-        {"tree", "", "reduce up a binary tree, broadcast down; few messages per rank"}},
-    strategy_entry<strategy::recursive_doubling>{
-        {"rd", "recursive_doubling", "log2(p) exchange rounds; the fewest latencies"}},
-    strategy_entry<strategy::parameter_server>{
-        {"ps", "parameter_server", "ranks push to DISTCOMM_PS_SERVERS servers and pull the sum"}},
-    strategy_entry<strategy::native>{
-        {"native", "",
-         "the backend's own collectives (MPI_Allreduce, gloo, NCCL, shared memory)"}});
+// The entry of strategy S: its names and summary are its identity's (strategy/identity.hpp).
+template <class S>
+constexpr strategy_entry<S> entry_of() {
+  return {{info_of(S::id).name, info_of(S::id).alias, info_of(S::id).summary}};
+}
+
+// The strategies a program can name, in the order of --help texts and of the README
+// (strategy::hierarchical is not one: init() makes it for a job across hosts).
+inline constexpr auto strategy_table =
+    std::make_tuple(entry_of<strategy::automatic>(), entry_of<strategy::ring>(),
+                    entry_of<strategy::tree>(), entry_of<strategy::recursive_doubling>(),
+                    entry_of<strategy::parameter_server>(), entry_of<strategy::native>());
 
 template <class F>
 void for_each_strategy_entry(F&& f) {

@@ -34,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "distcomm/strategy/identity.hpp"
+
 namespace distcomm::sim {
 
 // One kind of link: a message of b bytes costs alpha + b * beta seconds.
@@ -71,12 +73,12 @@ struct machine {
   double one_way = 1;
 };
 
-enum class algorithm { ring, tree, recursive_doubling, parameter_server, hierarchical };
+// The strategies' one identity (strategy/identity.hpp; name_of() gives "ring", "rd", ...).
+using distcomm::algorithm;
 
-// "ring", "tree", "rd", "ps", "hierarchical"; the names DistComm's registry uses.
-const char* name_of(algorithm a);
-// From a registry name or alias ("auto" is not one: the model picks); invalid_argument_error.
-algorithm algorithm_named(const std::string& name);
+// The strategy a name or alias stands for in the model: native is costed as a ring, auto is not a
+// strategy (the model picks); invalid_argument_error for those and for unknown names.
+algorithm modelled(const std::string& name);
 // Every algorithm the machine can run for `ranks`: hierarchical only across several nodes of
 // several ranks each.
 std::vector<algorithm> algorithms_for(const machine& m, int ranks);

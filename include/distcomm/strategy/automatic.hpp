@@ -9,6 +9,7 @@
 
 #include "distcomm/backend.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/strategy/identity.hpp"
 #include "distcomm/strategy/native.hpp"
 #include "distcomm/strategy/parameter_server.hpp"
 #include "distcomm/strategy/recursive_doubling.hpp"
@@ -20,7 +21,8 @@ namespace distcomm::strategy {
 
 class automatic : public p2p_base {
  public:
-  static constexpr const char* name = "automatic";
+  static constexpr algorithm id = algorithm::automatic;
+  static constexpr const char* name = class_name_of(id);
 
   // For backends that declare no table of their own. Recursive doubling up to 16 KiB (log2(p)
   // latencies, the fewest), tree to 64 KiB, ring above: where the alpha-beta costs of tree and ring
@@ -80,6 +82,8 @@ class automatic : public p2p_base {
                                          B::name + "' has no native allreduce");
           }
         case algorithm::ring:
+        case algorithm::automatic:     // never in a table (in_tables)
+        case algorithm::hierarchical:  // likewise
           break;
       }
       ring_.allreduce(b, in, out, count, t, op, until);

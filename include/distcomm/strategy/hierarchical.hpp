@@ -19,6 +19,7 @@
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/strategy/automatic.hpp"
+#include "distcomm/strategy/identity.hpp"
 
 namespace distcomm {
 
@@ -46,7 +47,8 @@ namespace strategy {
 template <class Flat = automatic>
 class hierarchical : public Flat {
  public:
-  static constexpr const char* name = "hierarchical";
+  static constexpr algorithm id = algorithm::hierarchical;
+  static constexpr const char* name = class_name_of(id);
 
   // Flat alone: no levels.
   explicit hierarchical(const config& c) : Flat(c), cfg_(c) {}

@@ -12,12 +12,14 @@
 #include "distcomm/backend.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/strategy/base.hpp"
+#include "distcomm/strategy/identity.hpp"
 
 namespace distcomm::strategy {
 
 class native {
  public:
-  static constexpr const char* name = "native";
+  static constexpr algorithm id = algorithm::native;
+  static constexpr const char* name = class_name_of(id);
   explicit native(const config& c) : fallback_(c) {}
 
   template <class B>

@@ -9,12 +9,14 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/strategy/algorithms/sharded.hpp"
 #include "distcomm/strategy/base.hpp"
+#include "distcomm/strategy/identity.hpp"
 
 namespace distcomm::strategy {
 
 class parameter_server : public p2p_base {
  public:
-  static constexpr const char* name = "parameter_server";
+  static constexpr algorithm id = algorithm::parameter_server;
+  static constexpr const char* name = class_name_of(id);
 
   explicit parameter_server(const config& c) : parameter_server(c, c.ps_servers) {}
   parameter_server(const config& c, int servers) : p2p_base(c), servers_(servers) {

@@ -5,12 +5,14 @@
 
 #include "distcomm/strategy/algorithms/recursive_doubling.hpp"
 #include "distcomm/strategy/base.hpp"
+#include "distcomm/strategy/identity.hpp"
 
 namespace distcomm::strategy {
 
 class recursive_doubling : public p2p_base {
  public:
-  static constexpr const char* name = "recursive_doubling";
+  static constexpr algorithm id = algorithm::recursive_doubling;
+  static constexpr const char* name = class_name_of(id);
   using p2p_base::p2p_base;
 
   template <class B>

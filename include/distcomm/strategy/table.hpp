@@ -9,11 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "distcomm/strategy/identity.hpp"
+
 namespace distcomm {
 
-enum class algorithm : std::uint8_t { ring, tree, parameter_server, native, recursive_doubling };
-
+// "rd": name_of(a) (strategy/identity.hpp).
 const char* to_string(algorithm a) noexcept;
+// Whether a table may name `a`: every algorithm but automatic (the table's user) and
+// hierarchical (a job's communicator, not a per-size choice).
+bool in_tables(algorithm a) noexcept;
 
 struct algo_range {
   algorithm algo = algorithm::ring;
@@ -26,8 +30,8 @@ class algo_table {
   algo_table() = default;
   explicit algo_table(std::vector<algo_range> ranges);  // validated: sorted, non-overlapping
 
-  // Parses `name:lo-hi;name:lo-hi...`; names: ring, tree, ps (or parameter_server), native, rd
-  // (or recursive_doubling).
+  // Parses `name:lo-hi;name:lo-hi...`; names (strategy/identity.hpp): ring, tree, ps (or
+  // parameter_server), native, rd (or recursive_doubling).
   // Throws invalid_argument_error quoting `source` (e.g. "DISTCOMM_ALGO") and the bad part.
   static algo_table parse(const std::string& text, const std::string& source);
 

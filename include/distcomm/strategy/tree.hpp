@@ -4,12 +4,14 @@
 
 #include "distcomm/strategy/algorithms/tree.hpp"
 #include "distcomm/strategy/base.hpp"
+#include "distcomm/strategy/identity.hpp"
 
 namespace distcomm::strategy {
 
 class tree : public p2p_base {
  public:
-  static constexpr const char* name = "tree";
+  static constexpr algorithm id = algorithm::tree;
+  static constexpr const char* name = class_name_of(id);
   using p2p_base::p2p_base;
 
   template <class B>
