@@ -25,9 +25,11 @@ function(distcomm_add_backend name)
     set(DISTCOMM_BACKEND_FUSION fusion::buffer)
     set(DISTCOMM_BACKEND_FUSION_INCLUDE "")
   endif()
-  get_property(_memory GLOBAL PROPERTY DISTCOMM_BACKEND_MEMORY_${name})
+  # The level across hosts of a hierarchical job: a backend whose ranks are processes on several
+  # hosts moving host memory gets that job's communicator too.
+  distcomm_backend_across_hosts(${name} _across)
   set(DISTCOMM_BACKEND_HIERARCHICAL "")
-  if(_memory STREQUAL "host")
+  if(_across)
     file(READ ${PROJECT_SOURCE_DIR}/cmake/hierarchical_communicator.cpp.in
          DISTCOMM_BACKEND_HIERARCHICAL)
     string(CONFIGURE "${DISTCOMM_BACKEND_HIERARCHICAL}" DISTCOMM_BACKEND_HIERARCHICAL @ONLY)
@@ -87,6 +89,18 @@ function(distcomm_read_backend_traits name header)
   list(TRANSFORM _caps REPLACE "^capability::" "")
   set_property(GLOBAL PROPERTY DISTCOMM_BACKEND_MEMORY_${name} ${_memory})
   set_property(GLOBAL PROPERTY DISTCOMM_BACKEND_CAPABILITIES_${name} "${_caps}")
+endfunction()
+
+# distcomm_backend_across_hosts(<name> <out>): whether backend <name> can be the level across hosts
+# of a hierarchical job (host memory, processes, not single-host): <out> TRUE or FALSE.
+function(distcomm_backend_across_hosts name out)
+  get_property(_memory GLOBAL PROPERTY DISTCOMM_BACKEND_MEMORY_${name})
+  get_property(_caps GLOBAL PROPERTY DISTCOMM_BACKEND_CAPABILITIES_${name})
+  if(_memory STREQUAL "host" AND "processes" IN_LIST _caps AND NOT "single_host" IN_LIST _caps)
+    set(${out} TRUE PARENT_SCOPE)
+  else()
+    set(${out} FALSE PARENT_SCOPE)
+  endif()
 endfunction()
 
 # distcomm_backends_with(<out> <memory> <capability>...): of the built backends

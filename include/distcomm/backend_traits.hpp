@@ -65,6 +65,12 @@ class backend_traits {
   // never taken unless named. Why each backend has its rank: docs/PERFORMANCE.md, "Which backend
   // by default".
   constexpr int default_rank() const noexcept { return default_rank_; }
+  // Whether it can be the level across hosts of a hierarchical job: ranks that are processes on
+  // several hosts, moving host memory.
+  constexpr bool across_hosts_level() const noexcept {
+    return memory_ == memory_kind::host && can(capability::processes) &&
+           !can(capability::single_host);
+  }
   // The automatic table of the level across hosts of a hierarchical job, where this backend's
   // own table does not suit links between hosts; nullptr: its own.
   constexpr const char* across_hosts_algo() const noexcept { return across_hosts_algo_; }

@@ -34,6 +34,20 @@ std::optional<std::size_t> hierarchical_threshold(const world_info& w, const con
   return from;
 }
 
+namespace {
+
+// B can be the level across hosts (its traits say so; a plugin may be).
+template <class B>
+constexpr bool across_hosts_level() {
+  if constexpr (detail::has_traits<B>::value) {
+    return B::traits.across_hosts_level();
+  } else {
+    return true;
+  }
+}
+
+}  // namespace
+
 any_communicator hierarchical_communicator::connect(const init_options& intra,
                                                     const init_options& inter, const job* given,
                                                     std::size_t threshold) {
@@ -45,10 +59,10 @@ any_communicator hierarchical_communicator::connect(const init_options& intra,
       backend, cfg,
       [&](auto make) -> any_communicator {
         using B = decltype(make());
-        if constexpr (detail::moves_device_memory<B>::value) {
+        if constexpr (!across_hosts_level<B>()) {
           throw invalid_argument_error("hierarchical: backend '" + backend +
-                                       "' moves device memory; the levels of a hierarchical "
-                                       "allreduce move host memory: name a host backend");
+                                       "' cannot be the level across hosts (it needs ranks that "
+                                       "are processes on several hosts, moving host memory)");
         } else {
           // Compiled in B's own library (distcomm/backends/built.hpp declares it).
           return make_hierarchical_communicator(make(), over, threshold, cfg);
@@ -62,7 +76,7 @@ std::shared_ptr<hierarchical> levels_of(any_communicator& comm) {
   std::shared_ptr<levels> found;
   detail::for_each_built_backend([&](auto tag) {
     using B = typename decltype(tag)::type;
-    if constexpr (!detail::moves_device_memory<B>::value) {
+    if constexpr (across_hosts_level<B>()) {
       if (auto* c = comm.target<communicator<B, S>>()) found = c->strategy().over();
     }
   });
