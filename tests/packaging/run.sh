@@ -153,9 +153,10 @@ fi
 if [[ "$check" == plugin_example ]]; then
   step "configure and build plugins/examples/tcp (its own CMake project) against $prefix"
   plugin="$(build_against_prefix "$source_dir/plugins/examples/tcp" tcp libdistcomm_backend_tcp.so)"
-  exported="$(nm -D --defined-only "$plugin" | awk '{print $3}' | tr '\n' ' ')"
-  [[ "$exported" == "distcomm_backend_plugin_v1 " ]] ||
-    fail "the plugin exports '$exported', not just distcomm_backend_plugin_v1"
+  # Its table and its declaration (distcomm_backend_traits_v1.h), nothing else.
+  exported="$(nm -D --defined-only "$plugin" | awk '{print $3}' | sort | tr '\n' ' ')"
+  [[ "$exported" == "distcomm_backend_plugin_v1 distcomm_backend_plugin_v1_traits " ]] ||
+    fail "the plugin exports '$exported', not just distcomm_backend_plugin_v1 and its declaration"
   check_bin="$prefix/bin/distcomm-backend-check"
   [[ -x "$check_bin" ]] || fail "distcomm-backend-check was not installed in $prefix/bin"
   [[ -n "$distcomm_run" ]] || fail "--distcomm-run is needed to run the ranks"
