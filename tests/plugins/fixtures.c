@@ -6,10 +6,15 @@
  *   3 initfails   init logs a line, then returns DISTCOMM_V1_RENDEZVOUS with a text of its own
  *   4 incomplete  its table lacks isend
  *   5 device      its table says DISTCOMM_V1_DEVICE_MEMORY
+ *   6 declared    a sound table and a declaration (distcomm_backend_traits_v1.h): processes,
+ *                 store and grow
+ *   7 olddeclared its declaration says version 99
+ *   8 overdeclared its declaration has a capability bit no DistComm knows
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "distcomm/distcomm_backend_traits_v1.h"
 #include "distcomm/distcomm_backend_v1.h"
 
 #if FIXTURE == 1
@@ -86,5 +91,18 @@ const distcomm_backend_v1* distcomm_backend_plugin_v1(void) {
   t.abort = fixture_abort;
   return &t;
 }
+
+#if FIXTURE >= 6
+const distcomm_backend_traits_v1* distcomm_backend_plugin_v1_traits(void) {
+  static distcomm_backend_traits_v1 d;
+  memset(&d, 0, sizeof d);
+  d.version = FIXTURE == 7 ? 99 : DISTCOMM_BACKEND_TRAITS_V1_VERSION;
+  d.struct_size = sizeof d;
+  d.capabilities = DISTCOMM_V1_CAN_PROCESSES | DISTCOMM_V1_CAN_STORE | DISTCOMM_V1_CAN_GROW |
+                   (FIXTURE == 8 ? 0x80000000u : 0u);
+  d.summary = "a fixture that declares itself";
+  return &d;
+}
+#endif
 
 #endif

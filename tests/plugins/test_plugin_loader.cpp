@@ -122,6 +122,37 @@ TEST_CASE("plugin loader: a table without a required function names it") {
   CHECK_HAS(m, "lacks required functions: isend");
 }
 
+TEST_CASE(
+    "plugin loader: a plugin's declaration of what it can do, or what one without is taken for") {
+  const pl::library declared = pl::load("declared", env_with_path(fixtures));
+  REQUIRE(declared.declared() != nullptr);
+  const dc::backend_traits t = pl::traits_of(declared);
+  CHECK(std::string(t.name()) == "fixture");
+  CHECK(std::string(t.summary()) == "a fixture that declares itself");
+  CHECK(t.memory() == dc::memory_kind::host);
+  CHECK(t.capabilities() ==
+        (dc::capability::processes | dc::capability::store | dc::capability::grow));
+  // Without a declaration: processes meeting through the store, and nothing more (no grow).
+  const pl::library silent = pl::load("initfails", env_with_path(fixtures));
+  CHECK(silent.declared() == nullptr);
+  const dc::backend_traits s = pl::traits_of(silent);
+  CHECK(s.capabilities() == (dc::capability::processes | dc::capability::store));
+  CHECK(!s.can(dc::capability::grow));
+  CHECK(pl::traits_of(pl::load("device", env_with_path(fixtures))).memory() ==
+        dc::memory_kind::cuda);
+}
+
+TEST_CASE(
+    "plugin loader: a declaration of another version, or of unknown capabilities, is refused") {
+  const std::string old = error_of<dc::invalid_argument_error>(
+      [] { pl::load("olddeclared", env_with_path(fixtures)); });
+  CHECK_HAS(old, fixture("olddeclared") + " (distcomm_backend_plugin_v1_traits)");
+  CHECK_HAS(old, "declaration of version 99");
+  const std::string over = error_of<dc::invalid_argument_error>(
+      [] { pl::load("overdeclared", env_with_path(fixtures)); });
+  CHECK_HAS(over, "declares capabilities this DistComm does not know");
+}
+
 namespace {
 // The lines the program's log received (through a sink, as a framework would install one).
 std::vector<std::pair<dc::log_level, std::string>> logged;
