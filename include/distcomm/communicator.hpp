@@ -301,8 +301,8 @@ class communicator {
     return post_in_flight(sendrecv_call(out, dest, in, source, tag));
   }
 
-  // The first tag of users' messages; below it, the collectives' own.
-  static constexpr tag_t user_tag_base = tag_t{1} << 30;
+  // The first tag of users' messages; below it, the collectives' own (backend.hpp).
+  static constexpr tag_t user_tag_base = distcomm::user_tag_base;
 
   // With the mismatch check on, the agreement that precedes every collective is a barrier by
   // itself (no rank leaves it before every rank entered it): nothing more is sent.
