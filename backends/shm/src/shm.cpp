@@ -602,9 +602,8 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   opts.timeout = timeout;
   opts.ring_bytes =
       detail::setting_bytes(opts.ring_bytes, "DISTCOMM_SHM_RING", std::size_t{1} << 20, 4096);
-  // 1 MiB: a chunk and its reduction stay in cache. 2 ranks, f32 sum, 2 interleaved runs on the
-  // 2-core VM (2026-11-27), busbw at 2 / 32 / 128 MiB: 256 KiB 2.5-6.7 / 2.2-2.7 / 2.2-3.0 GB/s,
-  // 1 MiB 4.9-8.4 / 2.8-2.9 / 3.2-3.3, 4 MiB 5.4 / 2.2-2.5 / 2.5.
+  // 1 MiB: a chunk and its reduction stay in cache (docs/PERFORMANCE.md, "Each backend's own
+  // defaults").
   opts.chunk_bytes =
       detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK", std::size_t{1} << 20,
                             std::max<std::size_t>(4096, 64 * std::size_t(size)));

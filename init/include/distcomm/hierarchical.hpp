@@ -91,10 +91,8 @@ class hierarchical final : public levels {
 // default: hierarchical_threshold_default) or a size in bytes sets the size.
 std::optional<std::size_t> hierarchical_threshold(const world_info& w, const config& cfg,
                                                   const init_options& options);
-// 256 KiB. 2 namespace-hosts x 2 ranks, links shaped to 1 Gbit/s (tbf), shm inside and gloo
-// across against gloo's flat allreduce, f32 sum, medians of 10, 2026-11-27 on the 2-core VM
-// (docs/PERFORMANCE.md, "Hierarchical allreduce"): 256 KiB-32 MiB 1.09-2.31x, 256 B-16 KiB a
-// wash (0.88-2.09x, one collective against three).
+// 256 KiB: below it the hierarchical allreduce's three collectives against one are a wash, from
+// it a win (docs/PERFORMANCE.md, "The hierarchical threshold").
 inline constexpr std::size_t hierarchical_threshold_default = std::size_t{256} << 10;
 
 // The whole job's communicator of a hierarchical job: the flat communicator of `inter`'s backend

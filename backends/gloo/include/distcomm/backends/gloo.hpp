@@ -87,14 +87,12 @@ class gloo_backend {
   // bit between strategies (never between ranks).
   static constexpr bool native_is_deterministic = false;
   // Tensor Fusion packs tensors below 4 MiB (the default is 1 MiB): a collective costs 0.5-1 ms
-  // here whatever its size, more than copying a few MiB twice. ResNet-50's gradients on 2 ranks,
-  // fused step / one flat allreduce of the same bytes, medians of 3 interleaved runs: 1.71 with
-  // 1 MiB, 1.46 with 4 MiB, 1.59 with 16 MiB (native strategy; docs/PERFORMANCE.md).
+  // here whatever its size, more than copying a few MiB twice (docs/PERFORMANCE.md, "The fusion
+  // cutoff").
   static constexpr std::size_t default_fusion_cutoff = std::size_t{4} << 20;
   // Ring, tree and parameter server send segments of 1 MiB here (the default is 256 KiB): each
-  // gloo transfer is a rendezvous of notifications and wake-ups. Ring allreduce, 2 ranks, f32 sum,
-  // 2 interleaved runs: 32 MiB 1.53-1.61 -> 1.92-1.94 GB/s busbw (0.95-1.09x -> 1.26-1.31x raw
-  // gloo), 128 MiB 1.59 -> 1.70-1.88 GB/s; 4 MiB segments measured between the two.
+  // gloo transfer is a rendezvous of notifications and wake-ups (docs/PERFORMANCE.md, "Each
+  // backend's own defaults").
   static constexpr std::size_t default_segment_bytes = std::size_t{1} << 20;
 
   // Collective over the `size` ranks sharing `kv`: returns once every rank is connected to every

@@ -63,11 +63,8 @@ class local_backend {
   static constexpr const char* name = traits.name();
   // The shared-memory collectives reduce in rank order, like DistComm's deterministic mode.
   static constexpr bool native_is_deterministic = true;
-  // strategy::automatic's table on this backend, from distcomm-bench-strategies on the 2-core
-  // development VM (f32 sum, medians of 3 interleaved runs): tree is fastest up to ~128 KiB
-  // (np 8, 8 KiB: tree 60 us, ps 96 us, native 105 us, ring 177 us), the shared-memory native
-  // above (np 8, 2 MiB: native 2.8 ms, tree 3.9 ms, ring 4.0 ms; np 2, 512 KiB: native 82 us,
-  // tree 96 us, ring 104 us). docs/ARCHITECTURE.md has the full table.
+  // strategy::automatic's table on this backend: the tree is fastest up to ~128 KiB, the
+  // shared-memory native above (docs/PERFORMANCE.md, "The local backend's automatic table").
   static constexpr const char* default_algo = "tree:0-128K;native:128K-max";
 
   // A backend of the job the launcher started, or of `given`: as a process's backend it can

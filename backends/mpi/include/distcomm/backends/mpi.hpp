@@ -47,10 +47,8 @@ struct mpi_piece {
 // MPI_ERR_TRUNCATE); receives posted for one peer and tag match in posting order, whatever order
 // they are tested in. The price is latency: a message that arrives before its receive is matched
 // is queued by MPI as unexpected and copied twice, and MPI_Improbe costs more per poll than
-// MPI_Test. Measured on the 2-core development VM (distcomm-bench-mpi --strategy rd, 2 ranks over
-// vader, medians of 7 interleaved runs): 8 B 0.35 -> 0.48-0.51 us (MPI_Allreduce 0.27-0.35 us),
-// 512 B 0.51 -> 0.66 us, 4 KiB 1.07-1.32 -> 1.36-1.43 us; no pre-posted receive is safe, because
-// any message larger than it may take the rendezvous path.
+// MPI_Test (docs/PERFORMANCE.md, "Each backend's own defaults"); no pre-posted receive is safe,
+// because any message larger than it may take the rendezvous path.
 // Destroying a receive not matched yet retracts it (the next message goes to the next receive);
 // one already matched is waited for at most 3 s (0.1 s once a peer failed this process), then
 // freed: MPI may then still write its buffer if the sender resumes.
@@ -114,15 +112,8 @@ class mpi_backend {
   static constexpr bool unreceived_messages_ok = false;
   // MPI's collectives are tuned per size and topology by the MPI library itself (Open MPI's
   // coll/tuned decision rules), so strategy::automatic defers to them, except below 64 KiB where
-  // our recursive doubling over MPI point-to-point beat the native MPI_Iallreduce (2 ranks, f32
-  // sum, in place: 8 B 0.60 vs 1.39 us, 4 KiB 2.84 vs 3.26 us, 64 KiB 14.0 vs 16.5 us; 4 ranks
-  // on 2 cores: 8 B 4.5 vs 6.4 us, 32 KiB 33.5 vs 37.2 us; at 128 KiB they tie). Checked again
-  // with Open MPI's defaults (shared memory with CMA, what mpirun gives a user), 2 ranks, f32 sum,
-  // out of place, 4 interleaved rounds, medians, 2026-11-27 on the 2-core VM, busbw GB/s, native
-  // against DistComm's ring over MPI point-to-point: 64 KiB 2.67 / 2.02, 256 KiB 3.38 / 3.45,
-  // 1 MiB 4.59 / 4.33, 4 MiB 2.95 / 3.36, 16 MiB 2.17 / 2.10, 64 MiB 2.06 / 2.13: a tie from
-  // 256 KiB, so native stays. (Both make about 3x the blocking MPI_Allreduce at 64 MiB, 0.62-0.81
-  // GB/s there: MPI_Iallreduce runs another algorithm than MPI_Allreduce.)
+  // our recursive doubling over MPI point-to-point beat the native MPI_Iallreduce
+  // (docs/PERFORMANCE.md, "Each backend's own defaults").
   static constexpr const char* default_algo = "rd:0-64K;native:64K-max";
 
   // How an adopted communicator is held.

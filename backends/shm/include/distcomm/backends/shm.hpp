@@ -98,9 +98,7 @@ class shm_backend {
   static constexpr const char* default_algo = "native:0-max";
   // Tensor Fusion packs tensors below 64 KiB only (the default is 1 MiB): a collective here costs
   // about 1 us, and packing copies each byte twice more through memory, which is what shm is
-  // bound by. ResNet-50's gradients on 2 ranks, fused step / one flat allreduce of the same bytes,
-  // interleaved rounds, 2026-11-27 on the 2-core VM: 1M 1.12-1.19 (median 1.16), 64K 0.99-1.14
-  // (median 1.05, 8 runs), 16K 0.99-1.04, 4K 0.97-1.06 (docs/PERFORMANCE.md).
+  // bound by (docs/PERFORMANCE.md, "Each backend's own defaults").
   static constexpr std::size_t default_fusion_cutoff = std::size_t{64} << 10;
 
   // Collective over the `size` ranks sharing `kv`, all on this host (checked: host name and boot

@@ -119,9 +119,8 @@ class ucx_backend {
                 capability::grow)
           .default_rank(5);
   static constexpr const char* name = traits.name();
-  // strategy::automatic's table: recursive doubling while latency rules, the ring above (2 ranks,
-  // f32 sum, in place: 4 KiB rd 35 us, ring 65 us, tree 63 us; 32 KiB ring 77 us, rd 115 us, tree
-  // 204 us).
+  // strategy::automatic's table: recursive doubling while latency rules, the ring above
+  // (docs/PERFORMANCE.md, "Each backend's own defaults").
   static constexpr const char* default_algo = "rd:0-16K;ring:16K-max";
 
   // Collective over the `size` ranks sharing `kv`: creates the UCP context and worker, publishes
