@@ -15,6 +15,7 @@
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "mpi_state.hpp"
+#include "tags.hpp"
 
 namespace distcomm {
 namespace detail {
@@ -101,6 +102,18 @@ mpi_state::mpi_state(MPI_Comm c, bool own) : comm(c), owned(own) {
     mpi_check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
     mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    // MPI_TAG_UB as this MPI reports it (tags.hpp maps DistComm's tags into it). The standard
+    // attaches it to MPI_COMM_WORLD; libraries answer for every communicator, but ask the world
+    // when this one has none, and take the standard's minimum if neither answers.
+    for (MPI_Comm on : {comm, MPI_COMM_WORLD}) {
+      int* ub = nullptr;
+      int has_ub = 0;
+      mpi_check(MPI_Comm_get_attr(on, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
+      if (has_ub != 0 && ub != nullptr && *ub >= 32767) {
+        tag_ub = *ub;
+        break;
+      }
+    }
     for (int d = 0; d < 4; ++d) {
       for (int o = 0; o < 4; ++o) {
         user_ops[d][o] = MPI_OP_NULL;
@@ -544,6 +557,7 @@ mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, ta
   const detail::mpi_lock lock(detail::mpi_mutex());
   check_peer(peer, state_->size, "isend");
   state_->check_aborted();
+  const int wire_tag = detail::mpi_tag(tag, state_->tag_ub);  // refused before anything is sent
   mpi_request r(state_, true, peer, tag, bytes);
   auto* base = static_cast<unsigned char*>(const_cast<void*>(data));  // only read
   r.pieces_.reserve(bytes <= static_cast<std::size_t>(INT_MAX) ? 1 : bytes / max_piece + 1);
@@ -552,9 +566,8 @@ mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, ta
     p.data = base + off;
     p.bytes = n;
     p.got = n;
-    detail::mpi_check(
-        MPI_Isend(p.data, n, MPI_BYTE, peer, static_cast<int>(tag), state_->comm, &p.req),
-        "MPI_Isend");
+    detail::mpi_check(MPI_Isend(p.data, n, MPI_BYTE, peer, wire_tag, state_->comm, &p.req),
+                      "MPI_Isend");
     r.pieces_.push_back(p);
   });
   return r;
@@ -564,6 +577,7 @@ mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
   const detail::mpi_lock lock(detail::mpi_mutex());
   check_peer(peer, state_->size, "irecv");
   state_->check_aborted();
+  const int wire_tag = detail::mpi_tag(tag, state_->tag_ub);
   mpi_request r(state_, false, peer, tag, bytes);
   auto* base = static_cast<unsigned char*>(data);
   r.pieces_.reserve(bytes <= static_cast<std::size_t>(INT_MAX) ? 1 : bytes / max_piece + 1);
@@ -576,7 +590,7 @@ mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
   // Matched by the waits (detail::mpi_serve_receives), never posted to MPI before its size is
   // known. From here the pieces keep their address: r.pieces_ is not resized again.
   detail::queue().pending.push_back(
-      {state_->comm, peer, static_cast<int>(tag), r.pieces_.data(), r.pieces_.size(), 0});
+      {state_->comm, peer, wire_tag, r.pieces_.data(), r.pieces_.size(), 0});
   return r;
 }
 

@@ -39,6 +39,7 @@ struct mpi_state {
   bool owned = false;  // freed by us
   int rank = 0;
   int size = 1;
+  int tag_ub = 32767;  // MPI_TAG_UB of this MPI, as it reports it (tags.hpp maps into it)
   std::atomic<bool> aborted{false};
   // Set once a peer stopped taking messages: a wait timed out, MPI reported an error, or a pending
   // send had to be abandoned. From then on a pending send that is destroyed is freed at once
