@@ -8,11 +8,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/registry/strategies.hpp"
@@ -81,6 +83,18 @@ const std::vector<setting_info> setting_rows = {
      "JSON file of the autotuner's choice: written when a search ends; when it exists and was made "
      "for this backend and world size, the engine uses it from the start instead of searching."},
     {"DISTCOMM_AUTOTUNE_STEPS", "5", "Steps the autotuner runs each candidate for (1 to 1000)."},
+    {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
+     "Network interface, address or subnet (CIDR: each host's address in it) the TCP "
+     "transports use: gloo binds it, ucx takes its interface unless UCX_NET_DEVICES is set."},
+    {"DISTCOMM_HIERARCHICAL", "auto",
+     "init() on a job across hosts with several ranks on each: auto (allreduce hierarchical from "
+     "256K: shm inside each host, the network backend across), off, or the size to start from."},
+    {"DISTCOMM_PLUGIN_PATH", "(unset)",
+     "Colon-separated folders searched for backend plugins (libdistcomm_backend_<name>.so) "
+     "before the installation's plugin folder."},
+    {"DISTCOMM_PLUGIN_OPTIONS", "(unset)",
+     "Free-form text handed to a backend plugin when it starts (its documentation says what it "
+     "takes)."},
 };
 
 std::string quote(const char* name, const std::string& value) {
@@ -122,8 +136,8 @@ bool parse_bool(const char* name, const std::string& value) {
                                " is not a boolean (use 1/0, true/false, yes/no, on/off)");
 }
 
-// Read by detect_world(), bootstrap() and the plugin loader (docs/RENDEZVOUS.md,
-// plugins/README.md), not by config.
+// Read by detect_world(), bootstrap() and the shm backend (docs/RENDEZVOUS.md,
+// backends/shm/README.md), not into a config.
 const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_RANK", "(from the launcher)", "This process's rank; overrides the launcher's."},
     {"DISTCOMM_WORLD_SIZE", "(from the launcher)", "Number of ranks; overrides the launcher's."},
@@ -140,22 +154,10 @@ const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_AUTH_TOKEN_FILE", "(unset)", "File holding the token (instead of the variable)."},
     {"DISTCOMM_JOB_ID", "(from the launcher)",
      "Names this rank's job in the store handshake; a store refuses a rank of another job."},
-    {"DISTCOMM_IFACE", "(127.0.0.1 on one node, else the host name)",
-     "Network interface, address or subnet (CIDR: each host's address in it) the TCP "
-     "transports use: gloo binds it, ucx takes its interface unless UCX_NET_DEVICES is set."},
-    {"DISTCOMM_HIERARCHICAL", "auto",
-     "init() on a job across hosts with several ranks on each: auto (allreduce hierarchical from "
-     "256K: shm inside each host, the network backend across), off, or the size to start from."},
     {"DISTCOMM_SHM_RING", "1M",
      "Bytes of each ordered pair's message ring in the shm backend (at least 4K)."},
     {"DISTCOMM_SHM_CHUNK", "1M",
      "Bytes per rank the shm backend's collectives stage at a time, twice (at least 4K)."},
-    {"DISTCOMM_PLUGIN_PATH", "(unset)",
-     "Colon-separated folders searched for backend plugins (libdistcomm_backend_<name>.so) "
-     "before the installation's plugin folder."},
-    {"DISTCOMM_PLUGIN_OPTIONS", "(unset)",
-     "Free-form text handed to a backend plugin when it starts (its documentation says what it "
-     "takes)."},
 };
 
 // Read only by the tools and the project's scripts, documented where they are read; known so
@@ -232,8 +234,25 @@ void warn_unknown_settings() {
   }
 }
 
+const char* config::process_environment(const char* name) { return std::getenv(name); }
+
+const char* config::read_variable(const char* name, const env_lookup& getenv) {
+  for (const auto* table : {&settings(), &rendezvous_settings()}) {
+    for (const setting_info& s : *table) {
+      if (std::strcmp(s.name, name) == 0) return getenv(name);
+    }
+  }
+  throw std::logic_error(std::string("config::read_variable: ") + name +
+                         " is not a DistComm setting: add it to settings() or "
+                         "rendezvous_settings() (src/config.cpp) and to README.md's table");
+}
+
+const char* config::read_variable(const char* name) {
+  return read_variable(name, process_environment);
+}
+
 config config::from_env() {
-  config c = from_env([](const char* name) -> const char* { return std::getenv(name); });
+  config c = from_env(process_environment);
   if (c.log >= log_level::warn) warn_unknown_settings();
   return c;
 }
@@ -241,7 +260,7 @@ config config::from_env() {
 config config::from_env(const env_lookup& getenv) {
   config c;
   const auto get = [&](const char* name, std::string& out) {
-    const char* v = getenv(name);
+    const char* v = read_variable(name, getenv);
     if (v == nullptr || *v == '\0') return false;
     out = v;
     return true;
@@ -351,6 +370,33 @@ config config::from_env(const env_lookup& getenv) {
       throw invalid_argument_error(quote("DISTCOMM_AUTOTUNE_STEPS", v) + " is outside 1 .. 1000");
     }
   }
+  if (get("DISTCOMM_IFACE", v)) {
+    // Whether this host has it is checked where it is used (rendezvous/interface.hpp), before the
+    // ranks meet; here only its form.
+    if (std::any_of(v.begin(), v.end(), [](unsigned char ch) { return std::isspace(ch) != 0; })) {
+      throw invalid_argument_error(quote("DISTCOMM_IFACE", v) +
+                                   " is not a network interface, address or subnet (e.g. eth0, "
+                                   "10.1.0.2 or 10.1.0.0/24)");
+    }
+    c.iface = v;
+  }
+  if (get("DISTCOMM_HIERARCHICAL", v)) {
+    const std::string l = lower(v);
+    if (l != "auto" && l != "off") (void)parse_bytes(v, "DISTCOMM_HIERARCHICAL");
+    c.hierarchical = l == "auto" || l == "off" ? l : v;
+  }
+  // Free-form, but one line: to_string() prints one setting a line.
+  const auto one_line = [&](const char* name, std::string& field) {
+    if (!get(name, v)) return;
+    if (std::any_of(v.begin(), v.end(), [](unsigned char ch) { return std::iscntrl(ch) != 0; })) {
+      throw invalid_argument_error(quote(name, v) +
+                                   " holds a control character (a line break?): give it on one "
+                                   "line");
+    }
+    field = v;
+  };
+  one_line("DISTCOMM_PLUGIN_PATH", c.plugin_path);
+  one_line("DISTCOMM_PLUGIN_OPTIONS", c.plugin_options);
   return c;
 }
 
@@ -377,7 +423,11 @@ std::string config::to_string() const {
      << "DISTCOMM_AUTOTUNE=" << (autotune ? 1 : 0) << '\n'
      << "DISTCOMM_AUTOTUNE_FILE=" << (autotune_file.empty() ? std::string("(none)") : autotune_file)
      << '\n'
-     << "DISTCOMM_AUTOTUNE_STEPS=" << autotune_steps << '\n';
+     << "DISTCOMM_AUTOTUNE_STEPS=" << autotune_steps << '\n'
+     << "DISTCOMM_IFACE=" << iface << '\n'
+     << "DISTCOMM_HIERARCHICAL=" << hierarchical << '\n'
+     << "DISTCOMM_PLUGIN_PATH=" << plugin_path << '\n'
+     << "DISTCOMM_PLUGIN_OPTIONS=" << plugin_options << '\n';
   return os.str();
 }
 

@@ -1,6 +1,8 @@
 // The one typed configuration of DistComm. Every DISTCOMM_* variable the library reads is listed
-// in settings() and read here, in config::from_env, validated (garbage raises
-// invalid_argument_error naming the variable and the value) and printable with to_string().
+// in settings() or rendezvous_settings() and read through config: the settings by config::from_env,
+// validated (garbage raises invalid_argument_error naming the variable and the value) and
+// printable with to_string(); the job's description by the rendezvous through
+// config::read_variable.
 #pragma once
 
 #include <chrono>
@@ -70,6 +72,18 @@ struct config {
   std::string autotune_file;
   // Steps each candidate of the search runs for (DISTCOMM_AUTOTUNE_STEPS).
   int autotune_steps = 5;
+  // Network interface, address or subnet the TCP transports use (gloo binds it, ucx takes its
+  // interface); empty: 127.0.0.1 on one node, else the host name (DISTCOMM_IFACE).
+  std::string iface;
+  // What init() makes of a job across hosts with several ranks on each: "auto" (hierarchical from
+  // hierarchical_threshold_default), "off" (flat), or the size to start from
+  // (DISTCOMM_HIERARCHICAL).
+  std::string hierarchical = "auto";
+  // Colon-separated folders searched for backend plugins before the installation's plugin folder
+  // (DISTCOMM_PLUGIN_PATH).
+  std::string plugin_path;
+  // Free-form text handed to a backend plugin when it starts (DISTCOMM_PLUGIN_OPTIONS).
+  std::string plugin_options;
 
   using env_lookup = std::function<const char*(const char*)>;
 
@@ -81,6 +95,15 @@ struct config {
 
   // One `NAME=value` line per setting, in settings() order.
   std::string to_string() const;
+
+  // The process environment (getenv): the lookup from_env() and the rendezvous read when given
+  // none.
+  static const char* process_environment(const char* name);
+  // The value of the DISTCOMM_* variable `name` in `getenv`, null when it is not set: the one way
+  // DistComm's code reads its variables, so that every variable it reads is one settings() or
+  // rendezvous_settings() documents (std::logic_error for any other name).
+  static const char* read_variable(const char* name, const env_lookup& getenv);
+  static const char* read_variable(const char* name);  // from the process environment
 };
 
 // The segment sizes DistComm accepts (DISTCOMM_SEGMENT_SIZE, communicator::retune, a saved
@@ -116,8 +139,8 @@ struct setting_info {
   const char* description;
 };
 const std::vector<setting_info>& settings();
-// The variables that describe the job (rank, master, store, token) and the network a backend
-// uses: read by detect_world(), bootstrap() and the backends rather than by config, documented in
+// The variables that describe the job (rank, master, store, token) and the shm backend's sizes:
+// read by detect_world(), bootstrap() and that backend rather than into a config, documented in
 // the same README table.
 const std::vector<setting_info>& rendezvous_settings();
 

@@ -267,7 +267,7 @@ job_identity job_identity_from_env(const world_info& w, const env_lookup& getenv
   };
   job_identity j;
   j.world_size = w.size;
-  j.id = get("DISTCOMM_JOB_ID");
+  if (const char* id = config::read_variable("DISTCOMM_JOB_ID", getenv)) j.id = id;
   if (j.id.empty()) {
     // Only the launcher that started this rank: every rank of a job matched the same one, and
     // the same launcher gives them all the same id. Anything else stays unsaid (matches all).
@@ -298,9 +298,7 @@ job_identity job_identity_from_env(const world_info& w, const env_lookup& getenv
   return j;
 }
 
-job bootstrap(const config& cfg) {
-  return bootstrap(cfg, [](const char* name) -> const char* { return std::getenv(name); });
-}
+job bootstrap(const config& cfg) { return bootstrap(cfg, config::process_environment); }
 
 job shared_bootstrap(const config& cfg) {
   static std::mutex mu;

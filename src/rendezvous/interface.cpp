@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 
 namespace distcomm {
@@ -152,9 +153,7 @@ std::string interface_for(const std::string& value, const char* variable) {
 
 std::string default_bind_host(const std::string& given, bool single_node) {
   if (!given.empty()) return given;
-  if (const char* iface = std::getenv("DISTCOMM_IFACE"); iface != nullptr && *iface != '\0') {
-    return bind_host(iface);
-  }
+  if (const std::string iface = config::from_env().iface; !iface.empty()) return bind_host(iface);
   if (single_node) return "127.0.0.1";
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";

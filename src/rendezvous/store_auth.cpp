@@ -17,6 +17,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
@@ -126,8 +127,8 @@ std::string read_token_file(const std::string& path) {
 }  // namespace
 
 std::string auth_token_from_env(const env_lookup& getenv) {
-  const char* value = getenv("DISTCOMM_AUTH_TOKEN");
-  const char* file = getenv("DISTCOMM_AUTH_TOKEN_FILE");
+  const char* value = config::read_variable("DISTCOMM_AUTH_TOKEN", getenv);
+  const char* file = config::read_variable("DISTCOMM_AUTH_TOKEN_FILE", getenv);
   if (value && file) {
     throw rendezvous_error(
         "both DISTCOMM_AUTH_TOKEN and DISTCOMM_AUTH_TOKEN_FILE are set: set only one");
@@ -158,12 +159,10 @@ std::string auth_token_from_env(const env_lookup& getenv) {
   return token;
 }
 
-std::string auth_token_from_env() {
-  return auth_token_from_env([](const char* name) -> const char* { return std::getenv(name); });
-}
+std::string auth_token_from_env() { return auth_token_from_env(config::process_environment); }
 
 std::optional<store_address> store_addr_from_env(const env_lookup& getenv) {
-  const char* raw = getenv("DISTCOMM_STORE_ADDR");
+  const char* raw = config::read_variable("DISTCOMM_STORE_ADDR", getenv);
   if (!raw || !*raw) return std::nullopt;
   const std::string value = raw;
   const auto bad = [&](const std::string& why) {

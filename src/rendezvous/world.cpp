@@ -7,10 +7,12 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "world_detail.hpp"
 
@@ -138,9 +140,11 @@ class environment {
  public:
   explicit environment(const env_lookup& getenv) : getenv_(getenv) {}
 
-  // The value of name; unset and empty read the same.
+  // The value of name; unset and empty read the same. DistComm's own variables go through
+  // config, which knows them all; the launchers' are read as they are.
   std::optional<std::string> get(const char* name) const {
-    const char* v = getenv_(name);
+    const char* v = std::strncmp(name, "DISTCOMM_", 9) == 0 ? config::read_variable(name, getenv_)
+                                                            : getenv_(name);
     if (v == nullptr || *v == '\0') return std::nullopt;
     return std::string(v);
   }
@@ -528,9 +532,7 @@ std::string world_info::to_string() const {
   return s;
 }
 
-world_info detect_world() {
-  return detect_world([](const char* name) -> const char* { return std::getenv(name); });
-}
+world_info detect_world() { return detect_world(config::process_environment); }
 
 world_info detect_world(const env_lookup& getenv) {
   const environment env(getenv);

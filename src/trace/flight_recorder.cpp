@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce_op.hpp"
@@ -49,13 +50,19 @@ extern "C" void on_sigusr1(int) {
   errno = saved;
 }
 
+// DISTCOMM_DUMP_DIR as config reads it: an existing directory this process can write, or empty.
+std::string process_dump_dir() { return config::from_env(config::process_environment).dump_dir; }
+
 // Once per process, where DISTCOMM_DUMP_DIR is set: SIGUSR1 dumps, unless the application
 // handles SIGUSR1 itself (then it is left alone, and says so at debug level).
 void install_signal_dump() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* dir = std::getenv("DISTCOMM_DUMP_DIR");
-    if (dir == nullptr || *dir == '\0') return;
+    try {
+      if (process_dump_dir().empty()) return;
+    } catch (const std::exception&) {
+      return;  // settings that do not read: the communicator made from them has said why
+    }
     struct sigaction old {};
     if (::sigaction(SIGUSR1, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) {
       log(log_level::debug,
@@ -258,11 +265,8 @@ void name_next_recorder(std::string name) {
 std::string dump_flight_records(const std::string& reason, const std::string& dir) {
   try {
     std::string where = dir;
-    if (where.empty()) {
-      const char* env = std::getenv("DISTCOMM_DUMP_DIR");
-      if (env == nullptr || *env == '\0') return {};
-      where = env;
-    }
+    if (where.empty()) where = process_dump_dir();
+    if (where.empty()) return {};
     std::vector<std::shared_ptr<flight_recorder>> live;
     {
       registry& reg = recorders();

@@ -14,6 +14,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,23 @@ TEST_CASE("config: every variable is parsed") {
     CHECK(c.autotune_steps == 3);
     CHECK_FALSE(config{}.autotune);
   }
+  SUBCASE("DISTCOMM_IFACE") {
+    CHECK(from({{"DISTCOMM_IFACE", "eth0"}}).iface == "eth0");
+    CHECK(from({{"DISTCOMM_IFACE", "10.1.0.0/24"}}).iface == "10.1.0.0/24");
+    CHECK(config{}.iface.empty());
+  }
+  SUBCASE("DISTCOMM_HIERARCHICAL") {
+    CHECK(config{}.hierarchical == "auto");
+    CHECK(from({{"DISTCOMM_HIERARCHICAL", "off"}}).hierarchical == "off");
+    CHECK(from({{"DISTCOMM_HIERARCHICAL", "AUTO"}}).hierarchical == "auto");
+    CHECK(from({{"DISTCOMM_HIERARCHICAL", "64K"}}).hierarchical == "64K");
+  }
+  SUBCASE("DISTCOMM_PLUGIN_PATH, DISTCOMM_PLUGIN_OPTIONS") {
+    const config c = from({{"DISTCOMM_PLUGIN_PATH", "/opt/a:/opt/b"},
+                           {"DISTCOMM_PLUGIN_OPTIONS", "lanes=2 verbose"}});
+    CHECK(c.plugin_path == "/opt/a:/opt/b");
+    CHECK(c.plugin_options == "lanes=2 verbose");
+  }
 }
 
 TEST_CASE("config: a garbage value raises invalid_argument_error naming variable and value") {
@@ -196,6 +214,9 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_STRATEGY", "fastest"},
       {"DISTCOMM_STRATEGY", "Ring"},
       {"DISTCOMM_LOG", "verbose"},
+      {"DISTCOMM_IFACE", "eth0 eth1"},
+      {"DISTCOMM_HIERARCHICAL", "sometimes"},
+      {"DISTCOMM_HIERARCHICAL", "64Q"},
       {"DISTCOMM_LOG", "trace"},
       {"DISTCOMM_CYCLE_TIME", "fast"},
       {"DISTCOMM_CYCLE_TIME", "0"},
@@ -212,6 +233,8 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_AUTOTUNE_FILE", "/nonexistent/choice.json"},  // in no directory
       {"DISTCOMM_AUTOTUNE_STEPS", "0"},
       {"DISTCOMM_AUTOTUNE_STEPS", "many"},
+      {"DISTCOMM_PLUGIN_PATH", "/opt/a\n/opt/b"},
+      {"DISTCOMM_PLUGIN_OPTIONS", "lanes=2\r"},
   };
   std::set<std::string> covered;
   for (const auto& [name, value] : garbage) {
@@ -362,9 +385,10 @@ TEST_CASE("unknown_settings: every variable DistComm reads is known, others are 
 }
 
 TEST_CASE("unknown_settings: every DISTCOMM_* variable the sources and scripts read is known") {
-  // getenv("DISTCOMM_X"), env.get("DISTCOMM_X"), get("DISTCOMM_X", v) in C++; ${DISTCOMM_X:-...}
+  // config::read_variable("DISTCOMM_X", ...), env.get("DISTCOMM_X"), get("DISTCOMM_X", v) in C++;
+  // ${DISTCOMM_X:-...}
   // or "$DISTCOMM_X" in shell (CMake's own DISTCOMM_* variables are not environment variables).
-  const std::regex read_in_cpp(R"re(get(?:env)?\("(DISTCOMM_[A-Z0-9_]+)")re");
+  const std::regex read_in_cpp(R"re((?:get(?:env)?|read_variable)\("(DISTCOMM_[A-Z0-9_]+)")re");
   const std::regex read_in_shell(R"re(\$\{?(DISTCOMM_[A-Z0-9_]+)[:}"])re");
   const std::set<std::string> shell_locals = {"DISTCOMM_ROOT", "DISTCOMM_PHASES",
                                               "DISTCOMM_PACKAGES", "DISTCOMM_START_SECONDS"};
@@ -397,6 +421,73 @@ TEST_CASE("unknown_settings: every DISTCOMM_* variable the sources and scripts r
     CAPTURE(name);
     CHECK(unknown_settings({name + "=1"}).empty());
   }
+}
+
+TEST_CASE("config: read_variable reads documented variables only") {
+  const auto lookup = [](const char* name) -> const char* {
+    return std::string(name) == "DISTCOMM_STORE_ADDR" ? "10.0.0.1:29500" : nullptr;
+  };
+  CHECK(std::string(config::read_variable("DISTCOMM_STORE_ADDR", lookup)) == "10.0.0.1:29500");
+  CHECK(config::read_variable("DISTCOMM_AUTH_TOKEN", lookup) == nullptr);
+  CHECK(config::read_variable("DISTCOMM_TIMEOUT", lookup) == nullptr);
+  try {
+    (void)config::read_variable("DISTCOMM_UNDOCUMENTED", lookup);
+    FAIL("an undocumented variable was read");
+  } catch (const std::logic_error& e) {
+    CHECK_HAS(std::string(e.what()), "DISTCOMM_UNDOCUMENTED is not a DistComm setting");
+  }
+}
+
+namespace {
+
+// A C++ line that reads a DISTCOMM_* variable from the environment itself: getenv or
+// std::getenv with the name written in, quoted or escaped.
+bool reads_environment(const std::string& line) {
+  static const std::regex read(R"re(getenv\s*\(\s*\\?"DISTCOMM_)re");
+  return std::regex_search(line, read);
+}
+
+}  // namespace
+
+TEST_CASE("config: no DISTCOMM_* variable is read from the environment outside src/config.cpp") {
+  // The pattern finds what it looks for, and not config's own reader.
+  CHECK(reads_environment(R"(const char* v = std::getenv("DISTCOMM_IFACE");)"));
+  CHECK(reads_environment(R"(if (getenv ( "DISTCOMM_X") != nullptr))"));
+  CHECK(reads_environment("x = \"getenv(\\\"DISTCOMM_X\\\")\";"));  // inside a string
+  CHECK_FALSE(reads_environment(R"(config::read_variable("DISTCOMM_X", getenv))"));
+  CHECK_FALSE(reads_environment(R"(std::getenv("UCX_NET_DEVICES"))"));
+  namespace fs = std::filesystem;
+  const fs::path source(DISTCOMM_SOURCE_DIR);
+  std::vector<std::string> readers;
+  std::size_t files = 0;
+  for (const char* dir :
+       {"include", "src", "backends", "plugins", "cuda", "bindings", "tools", "init"}) {
+    const fs::path root = source / dir;
+    if (!fs::exists(root)) continue;
+    for (const auto& f : fs::recursive_directory_iterator(root)) {
+      const std::string ext = f.path().extension().string();
+      if (!f.is_regular_file() ||
+          (ext != ".cpp" && ext != ".hpp" && ext != ".h" && ext != ".cu" && ext != ".cc")) {
+        continue;
+      }
+      const fs::path relative = f.path().lexically_relative(source);
+      if (relative == fs::path("src/config.cpp")) continue;
+      ++files;
+      std::ifstream in(f.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        if (reads_environment(line)) readers.push_back(relative.string() + ":" + std::to_string(n));
+      }
+    }
+  }
+  CHECK(files > 100);  // the sources were found
+  std::string list;
+  for (const std::string& r : readers) list += "\n  " + r;
+  INFO(
+      "read it through config instead (a field filled by config::from_env, or "
+      "config::read_variable for a variable rendezvous_settings() documents):"
+      << list);
+  CHECK(readers.empty());
 }
 
 namespace {

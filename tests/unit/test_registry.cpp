@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "distcomm/distcomm.hpp"
+#include "distcomm/hierarchical.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "p2p_only.hpp"
 
@@ -218,6 +219,29 @@ TEST_CASE("init: a process no launcher started is a job of one on the local back
   CHECK(std::string(dc::init({"local", "ring", c}).strategy_name()) == "ring");  // named wins
   CHECK(dc::resolved_backend({"", "", quick()}) == "local");
   CHECK(dc::resolved_strategy({"", "recursive_doubling", quick()}) == "rd");
+}
+
+TEST_CASE("init: whether a job across hosts is hierarchical is a setting, from code or env") {
+  if (dc::intra_host_backend().empty()) return;  // no backend inside a host: never hierarchical
+  dc::world_info w;  // rank 0 of two hosts with two ranks each, started by torchrun
+  w.size = 4;
+  w.local_size = 2;
+  w.launcher = dc::launcher_kind::torchrun;
+  dc::config c = quick();
+  CHECK(dc::hierarchical_threshold(w, c, {}) == dc::hierarchical_threshold_default);
+  // init_options::settings turn it off or move it whatever the environment says.
+  c.hierarchical = "off";
+  CHECK_FALSE(dc::hierarchical_threshold(w, c, {}).has_value());
+  c.hierarchical = "64K";
+  CHECK(dc::hierarchical_threshold(w, c, {}) == std::size_t{64} << 10);
+  c.hierarchical = "lots";
+  CHECK_THROWS_AS((void)dc::hierarchical_threshold(w, c, {}), dc::invalid_argument_error);
+  // DISTCOMM_HIERARCHICAL reaches it through config::from_env.
+  const dc::config off = dc::config::from_env([](const char* name) -> const char* {
+    return std::string(name) == "DISTCOMM_HIERARCHICAL" ? "off" : nullptr;
+  });
+  CHECK(off.hierarchical == "off");
+  CHECK_FALSE(dc::hierarchical_threshold(w, off, {}).has_value());
 }
 
 TEST_CASE("init: a plugin by name, and the plugin form of a built-in backend") {

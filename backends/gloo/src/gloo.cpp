@@ -76,7 +76,7 @@ void check_bindable(const std::string& host, const gloo_options& opts) {
   const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
   if (found != nullptr) ::freeaddrinfo(found);
   if (rc == 0) return;
-  const bool from_env = opts.hostname.empty() && std::getenv("DISTCOMM_IFACE") != nullptr;
+  const bool from_env = opts.hostname.empty() && !config::from_env().iface.empty();
   throw invalid_argument_error(
       "gloo: " + std::string(from_env ? "DISTCOMM_IFACE=" : "the address to bind, ") + host +
       ", is neither a network interface of this host (" + describe_local_addresses() +
@@ -88,8 +88,7 @@ void check_bindable(const std::string& host, const gloo_options& opts) {
 }  // namespace
 
 void check_interface(const gloo_options& opts) {
-  const char* iface = std::getenv("DISTCOMM_IFACE");
-  if (opts.hostname.empty() && (iface == nullptr || *iface == '\0')) return;
+  if (opts.hostname.empty() && config::from_env().iface.empty()) return;
   check_bindable(default_bind_host(opts.hostname, opts.single_node), opts);
 }
 

@@ -373,6 +373,7 @@ struct ucx_state {
   }
 
   void connect() {
+    const std::string iface = distcomm::config::from_env().iface;  // DISTCOMM_IFACE, below
     ucp_config_t* config = nullptr;
     check("ucp_config_read", ucp_config_read(nullptr, nullptr, &config));
     if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
@@ -384,8 +385,7 @@ struct ucx_state {
     }
     // DISTCOMM_IFACE (a name, address or subnet) becomes UCX's network device, unless
     // UCX_NET_DEVICES names one; one this host does not have is refused before the ranks meet.
-    const char* iface = std::getenv("DISTCOMM_IFACE");
-    if (iface != nullptr && *iface != '\0' && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    if (!iface.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
       std::string device;
       try {
         device = interface_for(iface);
@@ -830,9 +830,7 @@ void ucx_backend::abort(const std::string& reason) noexcept {
 
 ucx_backend ucx_backend::connect(const config& cfg, const job* given) {
   // A DISTCOMM_IFACE this host does not have: refused on every rank before they meet.
-  if (const char* iface = std::getenv("DISTCOMM_IFACE"); iface != nullptr && *iface != '\0') {
-    (void)interface_for(iface);
-  }
+  if (!cfg.iface.empty()) (void)interface_for(cfg.iface);
   return ucx_backend(given ? *given : shared_bootstrap(cfg), cfg.timeout);
 }
 

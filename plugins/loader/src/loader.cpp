@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 
 // Set by the build (plugins/loader/CMakeLists.txt).
@@ -103,16 +104,14 @@ const distcomm_backend_traits_v1* declared_traits(void* handle, const std::strin
 
 std::string file_name(const std::string& name) { return prefix + name + suffix; }
 
-std::vector<std::string> search_path() {
-  return search_path([](const char* n) -> const char* { return std::getenv(n); });
-}
+std::vector<std::string> search_path() { return search_path(config::process_environment); }
 
 std::vector<std::string> search_path(const env_lookup& getenv) {
   std::vector<std::string> dirs;
   const auto add = [&](const std::string& d) {
     if (!d.empty() && std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
   };
-  if (const char* p = getenv("DISTCOMM_PLUGIN_PATH"); p != nullptr) {
+  if (const char* p = config::read_variable("DISTCOMM_PLUGIN_PATH", getenv); p != nullptr) {
     std::string s = p;
     std::size_t start = 0;
     while (start <= s.size()) {
@@ -135,9 +134,7 @@ std::vector<std::string> search_path(const env_lookup& getenv) {
   return dirs;
 }
 
-std::vector<available> list() {
-  return list([](const char* n) -> const char* { return std::getenv(n); });
-}
+std::vector<available> list() { return list(config::process_environment); }
 
 std::vector<available> list(const env_lookup& getenv) {
   std::map<std::string, std::string> seen;
@@ -160,9 +157,7 @@ std::vector<available> list(const env_lookup& getenv) {
   return out;
 }
 
-library load(const std::string& name) {
-  return load(name, [](const char* n) -> const char* { return std::getenv(n); });
-}
+library load(const std::string& name) { return load(name, config::process_environment); }
 
 library load(const std::string& name, const env_lookup& getenv) {
   if (name.find('/') != std::string::npos) return load_file(name);
@@ -177,7 +172,7 @@ library load(const std::string& name, const env_lookup& getenv) {
   }
   std::vector<std::string> names;
   for (const auto& a : list(getenv)) names.push_back(a.name);
-  const char* env = getenv("DISTCOMM_PLUGIN_PATH");
+  const char* env = config::read_variable("DISTCOMM_PLUGIN_PATH", getenv);
   throw invalid_argument_error(
       "backend plugin '" + name + "' not found: no " + file_name(name) + " in " +
       (dirs.empty() ? std::string("(no folder to search)") : joined(dirs)) +

@@ -177,24 +177,27 @@ plugin_backend::plugin_backend(std::shared_ptr<detail::plugin_state> s)
       size_(state_->t->size(state_->ctx)) {}
 
 namespace {
-plugin_backend::args args_of(const world_info& w, plugin_backend::store_source kv) {
+plugin_backend::args args_of(const world_info& w, plugin_backend::store_source kv,
+                             const config& cfg) {
   plugin_backend::args a;
   a.rank = w.rank;
   a.size = w.size;
   a.local_rank = w.local_rank;
   a.local_size = w.local_size;
   a.kv = std::move(kv);
-  if (const char* o = std::getenv("DISTCOMM_PLUGIN_OPTIONS")) a.options = o;
+  a.options = cfg.plugin_options;
   return a;
 }
 }  // namespace
 
 plugin_backend plugin_backend::open(const std::string& name, const config& cfg) {
-  return open(name, args_of(detect_world(), [cfg] { return shared_bootstrap(cfg).kv; }), cfg);
+  auto kv = [cfg] { return shared_bootstrap(cfg).kv; };
+  return open(name, args_of(detect_world(), kv, cfg), cfg);
 }
 
 plugin_backend plugin_backend::open(const std::string& name, const job& j, const config& cfg) {
-  return open(name, args_of(j.world, [kv = j.kv] { return kv; }), cfg);
+  auto kv = [kv = j.kv] { return kv; };
+  return open(name, args_of(j.world, kv, cfg), cfg);
 }
 
 plugin_backend plugin_backend::open(const std::string& name, const args& a, const config& cfg) {

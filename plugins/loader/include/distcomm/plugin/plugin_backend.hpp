@@ -78,10 +78,10 @@ class plugin_backend {
   // Loads plugin `name` (loader.hpp: DISTCOMM_PLUGIN_PATH, then the installation's plugin
   // folder; a name with a '/' is a file) and starts this rank's backend on it: the world as
   // detect_world() reads it, the job's store from distcomm::shared_bootstrap(cfg) (one per process)
-  // when a plugin first touches it, options from DISTCOMM_PLUGIN_OPTIONS, cfg.timeout, and the
-  // plugin's log lines in DistComm's log. Collective, like every backend's constructor. Errors:
-  // invalid_argument_error when the plugin is missing or unusable (naming the file, the symbol
-  // and what to do), the plugin's own error when its init fails.
+  // when a plugin first touches it, cfg.plugin_options (DISTCOMM_PLUGIN_OPTIONS), cfg.timeout,
+  // and the plugin's log lines in DistComm's log. Collective, like every backend's constructor.
+  // Errors: invalid_argument_error when the plugin is missing or unusable (naming the file, the
+  // symbol and what to do), the plugin's own error when its init fails.
   // A program that bootstraps itself passes its job instead (bootstrapping twice in one process
   // would host a second store on the master port).
   static plugin_backend open(const std::string& name, const config& cfg = config::from_env());
