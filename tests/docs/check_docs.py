@@ -5,7 +5,7 @@ For docs/ARCHITECTURE.md, docs/EXTENDING.md and README.md:
   * a path (in backticks, in a Markdown link, or written out in the text with a known
     extension) names a file or folder of the repository; header paths may be relative to an
     include folder (`distcomm/init.hpp`, `registry/backends.hpp`, `strategy/ring.hpp`);
-  * every `DISTCOMM_*` name in backticks is a setting of src/config.cpp or a CMake option or
+  * every `DISTCOMM_*` name in backticks is a setting of src/settings.cpp or a CMake option or
     variable of the build;
   * every `name()` or `ns::name(...)` in backticks is declared somewhere in the sources;
 and docs/ARCHITECTURE.md, the map, stays at most 250 lines.
@@ -150,9 +150,10 @@ class Checker:
     def known_settings(self):
         if self.settings is None:
             texts = []
-            config = os.path.join(self.root, "src", "config.cpp")
-            if os.path.exists(config):
-                texts.append(open(config, encoding="utf-8", errors="replace").read())
+            for name in ("settings.cpp", "config.cpp"):
+                source = os.path.join(self.root, "src", name)
+                if os.path.exists(source):
+                    texts.append(open(source, encoding="utf-8", errors="replace").read())
             for folder, _, files in os.walk(self.root):
                 rel = os.path.relpath(folder, self.root)
                 if rel.split(os.sep)[0] in ("build", ".git") or rel.startswith("build"):

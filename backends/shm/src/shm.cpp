@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/partition.hpp"
 #include "distcomm/core/reduce.hpp"
@@ -62,7 +63,7 @@ std::size_t setting_bytes(std::size_t given, const char* variable, std::size_t f
                           std::size_t at_least) {
   std::size_t v = given;
   if (v == 0) {
-    const char* env = std::getenv(variable);
+    const char* env = config::read_variable(variable);
     v = env != nullptr && *env != '\0' ? parse_bytes(env, variable) : fallback;
   }
   if (v < at_least) {

@@ -21,7 +21,7 @@ namespace {
 // DISTCOMM_TIMEOUT names one.
 config settings_for(std::chrono::milliseconds timeout) {
   config cfg = config::from_env();
-  const char* own = std::getenv("DISTCOMM_TIMEOUT");
+  const char* own = config::read_variable("DISTCOMM_TIMEOUT");
   if (own == nullptr || *own == '\0') cfg.timeout = timeout;
   return cfg;
 }

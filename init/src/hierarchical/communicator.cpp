@@ -17,8 +17,8 @@ namespace distcomm {
 
 std::optional<std::size_t> hierarchical_threshold(const world_info& w, const config& cfg,
                                                   const init_options& options) {
-  const char* env = std::getenv("DISTCOMM_HIERARCHICAL");
-  const std::string setting = env != nullptr && *env != '\0' ? env : "auto";
+  // DISTCOMM_HIERARCHICAL, or what init_options::settings says instead.
+  const std::string setting = cfg.hierarchical.empty() ? "auto" : cfg.hierarchical;
   if (setting == "off") return std::nullopt;
   // A size is parsed (and refused with a message) whatever the job: a typo shows on one host too.
   const std::size_t from = setting == "auto" ? hierarchical_threshold_default
