@@ -16,6 +16,7 @@
 
 #include "distcomm/async/work.hpp"
 #include "distcomm/communicator.hpp"
+#include "distcomm/communicator/list.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce_op.hpp"
@@ -51,78 +52,15 @@ class any_communicator {
   // The memory its backend moves: host, or cuda (nccl).
   memory_kind memory() const { return get().memory(); }
 
-  void allreduce(tensor_view data, reduce_op op = reduce_op::sum) {
-    get().allreduce(data, data, op);
-  }
-  void allreduce(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
-    get().allreduce(in, out, op);
-  }
-  void allreduce(span<const tensor_view> tensors, reduce_op op = reduce_op::sum) {
-    get().allreduce(tensors, op);
-  }
-  void reduce_scatter(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
-    get().reduce_scatter(in, out, op);
-  }
-  void allgather(tensor_view in, tensor_view out) { get().allgather(in, out); }
-  void broadcast(tensor_view data, int root) { get().broadcast(data, root); }
-  void barrier() { get().barrier(); }
-  void alltoall(tensor_view in, tensor_view out) { get().alltoall(in, out); }
-  void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
-                 span<const std::size_t> recv_counts, span<const std::size_t> send_displs = {},
-                 span<const std::size_t> recv_displs = {}) {
-    get().alltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
-  }
-  void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
-                  span<const std::size_t> displs = {}) {
-    get().allgatherv(in, out, counts, displs);
-  }
-  void reduce(tensor_view in, tensor_view out, reduce_op op, int root) {
-    get().reduce(in, out, op, root);
-  }
-  void gather(tensor_view in, tensor_view out, int root) { get().gather(in, out, root); }
-  void scatter(tensor_view in, tensor_view out, int root) { get().scatter(in, out, root); }
-  void send(tensor_view data, int peer, int tag = 0) { get().send(data, peer, tag); }
-  void recv(tensor_view data, int peer, int tag = 0) { get().recv(data, peer, tag); }
-  void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
-    get().sendrecv(out, dest, in, source, tag);
-  }
+  // The collectives and point-to-point messages, each blocking and non-blocking (i...):
+  // communicator/list.hpp says what each does.
+#define DISTCOMM_ANY_CALL(name, parameters, arguments) \
+  void name parameters { get().name arguments; }       \
+  work i##name parameters { return get().i##name arguments; }
+  DISTCOMM_COLLECTIVES(DISTCOMM_ANY_CALL, DISTCOMM_DEFAULT)
+  DISTCOMM_COLLECTIVE_FORMS(DISTCOMM_ANY_CALL, DISTCOMM_DEFAULT)
+#undef DISTCOMM_ANY_CALL
 
-  // The non-blocking forms (communicator.hpp): a work at once, the collective in order.
-  work iallreduce(tensor_view data, reduce_op op = reduce_op::sum) {
-    return get().iallreduce(data, data, op);
-  }
-  work iallreduce(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
-    return get().iallreduce(in, out, op);
-  }
-  work iallreduce(span<const tensor_view> tensors, reduce_op op = reduce_op::sum) {
-    return get().iallreduce(tensors, op);
-  }
-  work ireduce_scatter(tensor_view in, tensor_view out, reduce_op op = reduce_op::sum) {
-    return get().ireduce_scatter(in, out, op);
-  }
-  work iallgather(tensor_view in, tensor_view out) { return get().iallgather(in, out); }
-  work ibroadcast(tensor_view data, int root) { return get().ibroadcast(data, root); }
-  work ibarrier() { return get().ibarrier(); }
-  work ialltoall(tensor_view in, tensor_view out) { return get().ialltoall(in, out); }
-  work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
-                  span<const std::size_t> recv_counts, span<const std::size_t> send_displs = {},
-                  span<const std::size_t> recv_displs = {}) {
-    return get().ialltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
-  }
-  work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
-                   span<const std::size_t> displs = {}) {
-    return get().iallgatherv(in, out, counts, displs);
-  }
-  work ireduce(tensor_view in, tensor_view out, reduce_op op, int root) {
-    return get().ireduce(in, out, op, root);
-  }
-  work igather(tensor_view in, tensor_view out, int root) { return get().igather(in, out, root); }
-  work iscatter(tensor_view in, tensor_view out, int root) { return get().iscatter(in, out, root); }
-  work isend(tensor_view data, int peer, int tag = 0) { return get().isend(data, peer, tag); }
-  work irecv(tensor_view data, int peer, int tag = 0) { return get().irecv(data, peer, tag); }
-  work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag = 0) {
-    return get().isendrecv(out, dest, in, source, tag);
-  }
   // Sub-communicators (communicator.hpp): the same backend, strategy and settings.
   std::optional<any_communicator> split(int color, int key = 0) { return get().split(color, key); }
   std::optional<any_communicator> subset(span<const int> ranks) { return get().subset(ranks); }
@@ -157,48 +95,16 @@ class any_communicator {
     virtual const config& settings() const = 0;
     virtual std::uint64_t calls() const = 0;
     virtual memory_kind memory() const = 0;
-    virtual void allreduce(tensor_view in, tensor_view out, reduce_op op) = 0;
-    virtual void allreduce(span<const tensor_view> tensors, reduce_op op) = 0;
-    virtual void reduce_scatter(tensor_view in, tensor_view out, reduce_op op) = 0;
-    virtual void allgather(tensor_view in, tensor_view out) = 0;
-    virtual void broadcast(tensor_view data, int root) = 0;
-    virtual void barrier() = 0;
-    virtual work iallreduce(tensor_view in, tensor_view out, reduce_op op) = 0;
-    virtual work iallreduce(span<const tensor_view> tensors, reduce_op op) = 0;
-    virtual work ireduce_scatter(tensor_view in, tensor_view out, reduce_op op) = 0;
-    virtual work iallgather(tensor_view in, tensor_view out) = 0;
-    virtual work ibroadcast(tensor_view data, int root) = 0;
-    virtual work ibarrier() = 0;
-    virtual void reduce(tensor_view in, tensor_view out, reduce_op op, int root) = 0;
-    virtual void gather(tensor_view in, tensor_view out, int root) = 0;
-    virtual void scatter(tensor_view in, tensor_view out, int root) = 0;
-    virtual void alltoall(tensor_view in, tensor_view out) = 0;
-    virtual work ialltoall(tensor_view in, tensor_view out) = 0;
-    virtual void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
-                           span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
-                           span<const std::size_t> recv_displs) = 0;
-    virtual work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
-                            span<const std::size_t> recv_counts,
-                            span<const std::size_t> send_displs,
-                            span<const std::size_t> recv_displs) = 0;
-    virtual void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
-                            span<const std::size_t> displs) = 0;
-    virtual work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
-                             span<const std::size_t> displs) = 0;
-    virtual work ireduce(tensor_view in, tensor_view out, reduce_op op, int root) = 0;
-    virtual work igather(tensor_view in, tensor_view out, int root) = 0;
-    virtual work iscatter(tensor_view in, tensor_view out, int root) = 0;
+#define DISTCOMM_ANY_VIRTUAL(name, parameters, arguments) \
+  virtual void name parameters = 0;                       \
+  virtual work i##name parameters = 0;
+    DISTCOMM_COLLECTIVES(DISTCOMM_ANY_VIRTUAL, DISTCOMM_NO_DEFAULT)
+#undef DISTCOMM_ANY_VIRTUAL
     virtual std::optional<any_communicator> split(int color, int key) = 0;
     virtual std::optional<any_communicator> subset(span<const int> ranks) = 0;
     virtual any_communicator split_by_node() = 0;
     virtual any_communicator shrink() = 0;
     virtual any_communicator shrink(std::chrono::duration<double> window) = 0;
-    virtual void send(tensor_view data, int peer, int tag) = 0;
-    virtual void recv(tensor_view data, int peer, int tag) = 0;
-    virtual void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) = 0;
-    virtual work isend(tensor_view data, int peer, int tag) = 0;
-    virtual work irecv(tensor_view data, int peer, int tag) = 0;
-    virtual work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) = 0;
     virtual void synchronize() = 0;
     virtual bool retunable() const = 0;
     virtual tuning current_tuning() = 0;
@@ -226,66 +132,11 @@ class any_communicator {
       return detail::moves_device_memory<typename Comm::backend_type>::value ? memory_kind::cuda
                                                                              : memory_kind::host;
     }
-    void allreduce(tensor_view in, tensor_view out, reduce_op op) override {
-      comm.allreduce(in, out, op);
-    }
-    void allreduce(span<const tensor_view> tensors, reduce_op op) override {
-      comm.allreduce(tensors, op);
-    }
-    void reduce_scatter(tensor_view in, tensor_view out, reduce_op op) override {
-      comm.reduce_scatter(in, out, op);
-    }
-    void allgather(tensor_view in, tensor_view out) override { comm.allgather(in, out); }
-    void broadcast(tensor_view data, int root) override { comm.broadcast(data, root); }
-    void barrier() override { comm.barrier(); }
-    work iallreduce(tensor_view in, tensor_view out, reduce_op op) override {
-      return comm.iallreduce(in, out, op);
-    }
-    work iallreduce(span<const tensor_view> tensors, reduce_op op) override {
-      return comm.iallreduce(tensors, op);
-    }
-    work ireduce_scatter(tensor_view in, tensor_view out, reduce_op op) override {
-      return comm.ireduce_scatter(in, out, op);
-    }
-    work iallgather(tensor_view in, tensor_view out) override { return comm.iallgather(in, out); }
-    work ibroadcast(tensor_view data, int root) override { return comm.ibroadcast(data, root); }
-    work ibarrier() override { return comm.ibarrier(); }
-    void reduce(tensor_view in, tensor_view out, reduce_op op, int root) override {
-      comm.reduce(in, out, op, root);
-    }
-    void gather(tensor_view in, tensor_view out, int root) override { comm.gather(in, out, root); }
-    void scatter(tensor_view in, tensor_view out, int root) override {
-      comm.scatter(in, out, root);
-    }
-    void alltoall(tensor_view in, tensor_view out) override { comm.alltoall(in, out); }
-    work ialltoall(tensor_view in, tensor_view out) override { return comm.ialltoall(in, out); }
-    void alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
-                   span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
-                   span<const std::size_t> recv_displs) override {
-      comm.alltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
-    }
-    work ialltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
-                    span<const std::size_t> recv_counts, span<const std::size_t> send_displs,
-                    span<const std::size_t> recv_displs) override {
-      return comm.ialltoallv(in, send_counts, out, recv_counts, send_displs, recv_displs);
-    }
-    void allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
-                    span<const std::size_t> displs) override {
-      comm.allgatherv(in, out, counts, displs);
-    }
-    work iallgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,
-                     span<const std::size_t> displs) override {
-      return comm.iallgatherv(in, out, counts, displs);
-    }
-    work ireduce(tensor_view in, tensor_view out, reduce_op op, int root) override {
-      return comm.ireduce(in, out, op, root);
-    }
-    work igather(tensor_view in, tensor_view out, int root) override {
-      return comm.igather(in, out, root);
-    }
-    work iscatter(tensor_view in, tensor_view out, int root) override {
-      return comm.iscatter(in, out, root);
-    }
+#define DISTCOMM_ANY_OVERRIDE(name, parameters, arguments) \
+  void name parameters override { comm.name arguments; }   \
+  work i##name parameters override { return comm.i##name arguments; }
+    DISTCOMM_COLLECTIVES(DISTCOMM_ANY_OVERRIDE, DISTCOMM_NO_DEFAULT)
+#undef DISTCOMM_ANY_OVERRIDE
     std::optional<any_communicator> split(int color, int key) override {
       return wrap(comm.split(color, key));
     }
@@ -307,11 +158,6 @@ class any_communicator {
     static std::optional<any_communicator> wrap(any_communicator c) {
       return std::optional<any_communicator>(std::move(c));
     }
-    void send(tensor_view data, int peer, int tag) override { comm.send(data, peer, tag); }
-    void recv(tensor_view data, int peer, int tag) override { comm.recv(data, peer, tag); }
-    void sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) override {
-      comm.sendrecv(out, dest, in, source, tag);
-    }
     bool retunable() const override { return has_retune<Comm>::value; }
     tuning current_tuning() override {
       if constexpr (has_retune<Comm>::value) {
@@ -330,11 +176,6 @@ class any_communicator {
         throw invalid_argument_error(std::string("retune: a '") + comm.backend_name() + "' " +
                                      comm.strategy_name() + " communicator cannot be retuned");
       }
-    }
-    work isend(tensor_view data, int peer, int tag) override { return comm.isend(data, peer, tag); }
-    work irecv(tensor_view data, int peer, int tag) override { return comm.irecv(data, peer, tag); }
-    work isendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) override {
-      return comm.isendrecv(out, dest, in, source, tag);
     }
     void synchronize() override { comm.synchronize(); }
     Comm comm;

@@ -1,0 +1,87 @@
+// What a communicator<Backend, Strategy, Fusion> holds, behind one pointer so that a move hands
+// it over whole (collectives still running keep running on it): the backend, the settings, the
+// strategy and fusion policy made from them, the call check, the trace outputs and the progress
+// queue every collective runs on.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "distcomm/async/progress.hpp"
+#include "distcomm/backend.hpp"
+#include "distcomm/check/agree.hpp"
+#include "distcomm/communicator/traits.hpp"
+#include "distcomm/config.hpp"
+#include "distcomm/trace/flight_recorder.hpp"
+#include "distcomm/trace/timeline.hpp"
+
+namespace distcomm::detail {
+
+template <class Backend, class Strategy, class Fusion>
+struct communicator_state {
+  using backend_type = Backend;
+  using fusion_type = Fusion;
+  // A backend moves either host memory or (moves_device_memory, e.g. NCCL) CUDA memory.
+  static constexpr bool moves_device = moves_device_memory<Backend>::value;
+  static constexpr memory_kind moved = moves_device ? memory_kind::cuda : memory_kind::host;
+
+  // `id` names a sub-communicator's recorder after its parent's; without one the process's next
+  // name (trace::next_recorder_name()). `make`, when given, makes the strategy from the settings.
+  communicator_state(Backend b, config c, std::optional<trace::flight_recorder::identity> id,
+                     const std::function<Strategy(const config&)>* make = nullptr)
+      : backend(std::move(b)),
+        cfg(with_backend_defaults<Backend>(with_runtime_defaults(backend, std::move(c)))),
+        strategy(make != nullptr ? (*make)(cfg) : Strategy(cfg)),
+        fusion(cfg),
+        check(cfg.mismatch_check && !moves_device,
+              check::settings_of(cfg, strategy_identity(strategy).c_str())),
+        timeline(trace::timeline::open(cfg.timeline, backend.rank())) {
+    check.watch_stalls(backend.rank(), cfg.stall_warning);
+    if (cfg.flight_recorder != 0) {
+      if (!id) {
+        id.emplace();
+        id->name = trace::next_recorder_name();
+        id->rank = backend.rank();
+        for (int r = 0; r < backend.size(); ++r) id->ranks.push_back(r);
+      }
+      id->backend = backend_name_of(backend);
+      id->strategy = strategy_name_of<Strategy>();
+      recorder = trace::flight_recorder::make(cfg.flight_recorder, std::move(*id));
+    }
+    if (timeline) {
+      track = timeline->track(std::string("collectives (") + backend_name_of(backend) + ", " +
+                              strategy_name_of<Strategy>() + ")");
+      if constexpr (fusion_traces<Fusion>::value) fusion.trace_to(timeline, track);
+    }
+  }
+
+  // The name programs print: the backend's, or the one a strategy over levels of other backends
+  // gives (strategy::hierarchical: "shm+gloo").
+  const char* backend_name() const noexcept {
+    if constexpr (has_backend_name<Strategy>::value) {
+      if (const char* n = strategy.backend_name()) return n;
+    }
+    return backend_name_of(backend);
+  }
+
+  Backend backend;
+  config cfg;
+  Strategy strategy;
+  Fusion fusion;
+  check::call_check<Backend> check;
+  std::string failure;                        // "<collective>: <what()>" of the first failure
+  std::exception_ptr first_failure;           // set with failure; its type is rethrown
+  std::shared_ptr<trace::timeline> timeline;  // DISTCOMM_TIMELINE, else null
+  std::shared_ptr<trace::flight_recorder> recorder;  // DISTCOMM_FLIGHT_RECORDER, else null
+  int track = 0;
+  std::uint64_t splits = 0;             // sub-communicators made so far: their names
+  std::uint64_t shrinks = 0;            // shrink() calls so far: their keys in the store
+  distcomm::detail::progress progress;  // last: stopped (queue run) before the rest goes
+};
+
+}  // namespace distcomm::detail
