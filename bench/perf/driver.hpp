@@ -40,6 +40,7 @@
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/world.hpp"
+#include "floor.hpp"
 #include "options.hpp"
 #include "peer.hpp"
 #include "report.hpp"
@@ -115,6 +116,7 @@ class runner {
                                    " is not a rank (world size " + std::to_string(p) + ")");
     }
     if (!o_.peer.empty()) peer_ = make_peer(o_.peer, env_.peer);
+    if (o_.floor) connect_floor();
     const std::vector<std::string> devices = gather_devices();
     if (comm_.rank() == 0) {
       run_info info;
@@ -125,6 +127,7 @@ class runner {
       info.threads = env_.threads;
       info.peer = o_.peer;
       info.peer_detail = peer_ ? peer_->description() : std::string();
+      info.floor = floor_ != nullptr;
       info.fusion_threshold = comm_.settings().fusion_threshold;
       info.devices = devices;
       report_.emplace(o_, std::move(info));
@@ -140,7 +143,7 @@ class runner {
   }
 
  private:
-  enum column : std::size_t { out_of_place, in_place, peer_column, columns };
+  enum column : std::size_t { out_of_place, in_place, peer_column, floor_column, columns };
 
   struct variant {
     bool ran = false;
@@ -166,6 +169,36 @@ class runner {
       out.emplace_back(reinterpret_cast<const char*>(all.data() + q * line));
     }
     return out;
+  }
+
+  // --floor: ranks 0 and 1 map one page rank 0 made (floor.hpp), in the same processes.
+  void connect_floor() {
+    if (comm_.size() != 2 || !env_.peer.single_node) {
+      throw invalid_argument_error(
+          "--floor times a ping-pong between two processes of one host; this job has " +
+          std::to_string(comm_.size()) + " ranks" +
+          (env_.peer.single_node ? std::string() : std::string(" on several hosts")) +
+          ": run 2 ranks on one host");
+    }
+    std::int64_t key =
+        comm_.rank() == 0 ? static_cast<std::int64_t>(cache_line_floor::create()) : 0;
+    comm_.broadcast(view(&key, 1), 0);
+    floor_ = std::make_unique<cache_line_floor>(static_cast<std::uint64_t>(key), comm_.rank(),
+                                                comm_.settings().timeout);
+    comm_.barrier();
+    floor_->unlink();
+  }
+
+  // The floor column of every row: one round trip, no data (variant::bytes 0), run interleaved
+  // with the others; its time is rank 0's own (cache_line_floor::take_mean_us).
+  void add_floor(variants& v) const {
+    if (!floor_) return;
+    variant& f = v[floor_column];
+    f.ran = true;
+    cache_line_floor* line = floor_.get();
+    f.run = [line] { line->round_trip(); };
+    f.fill = [] {};
+    f.wrong = [] { return std::int64_t{0}; };
   }
 
   // ---- the size sweep ---------------------------------------------------------------------------
@@ -335,6 +368,7 @@ class runner {
         ip.wrong = [=] { return recv_.wrong(dc, recv, 0, n); };
         break;
     }
+    add_floor(v);
     return v;
   }
 
@@ -392,6 +426,7 @@ class runner {
           rw.out_of_place = m[out_of_place];
           rw.in_place = m[in_place];
           rw.peer = m[peer_column];
+          rw.floor_us = m[floor_column].ran ? floor_us_ : 0.0;
           report_->add(rw);
         }
       }
@@ -406,6 +441,7 @@ class runner {
       if (x.ran) x.run();
     }
     comm_.barrier();
+    if (floor_) (void)floor_->take_mean_us();  // the timed round trips only
     std::array<double, N> seconds{};
     for (int it = 0; it < o_.iters; ++it) {
       for (std::size_t c = 0; c < N; ++c) {
@@ -415,6 +451,7 @@ class runner {
         seconds[c] += std::chrono::duration<double>(clock::now() - t0).count();
       }
     }
+    if (floor_) floor_us_ = floor_->take_mean_us();
     for (double& s : seconds) s /= static_cast<double>(o_.iters) * o_.agg_iters;
     combine_times(seconds);
 
@@ -559,6 +596,8 @@ class runner {
   const options& o_;
   const process_env& env_;
   std::unique_ptr<peer> peer_;
+  std::unique_ptr<cache_line_floor> floor_;  // --floor
+  double floor_us_ = 0;                      // rank 0: the last measure()'s mean round trip
   std::optional<report> report_;
   Buffer send_, recv_;
   std::vector<tensor_view> tensors_;  // --fusion-tensors views of recv_

@@ -6,8 +6,7 @@
 int main(int argc, char** argv) {
   namespace dc = distcomm;
   return distcomm::bench::store_backend_main<dc::gloo_backend>(
-      "distcomm-bench-gloo", argc, argv,
-      [](const dc::job& j, const dc::config& cfg) {
+      "distcomm-bench-gloo", argc, argv, [](const dc::job& j, const dc::config& cfg) {
         dc::gloo_options go;
         go.timeout = cfg.timeout;
         return dc::gloo_backend(j, go);

@@ -7,8 +7,7 @@
 int main(int argc, char** argv) {
   namespace dc = distcomm;
   return distcomm::bench::store_backend_main<dc::shm_backend>(
-      "distcomm-bench-shm", argc, argv,
-      [](const dc::job& j, const dc::config& cfg) {
+      "distcomm-bench-shm", argc, argv, [](const dc::job& j, const dc::config& cfg) {
         dc::shm_options so;
         so.timeout = cfg.timeout;
         return dc::shm_backend(j, so);

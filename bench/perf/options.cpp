@@ -73,6 +73,9 @@ void validate(const options& o) {
       fail(std::string("--peer ") + o.peer + " has no " + nccl_name(o.type) + " allreduce");
     }
   }
+  if (o.floor && !o.profile_file.empty()) {
+    fail("--floor is a column of the size sweep; --profile prints its own table");
+  }
   if (!o.profile_file.empty() && o.coll != collective::allreduce) {
     fail("--profile times the grouped allreduce: it needs --collective allreduce");
   }
@@ -221,6 +224,10 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
                    ->check(CLI::IsMember({"mpi", "gloo"}));
   // Still parsed where it cannot work, so that the program refuses it saying why; not offered.
   if (!cl.peer_option) peer->group("");
+  app.add_flag("--floor", o.floor,
+               "Interleave a cache-line ping-pong between the two ranks (2 ranks on one host) at "
+               "every size: the round trip no exchange between them can beat, and ours as a "
+               "multiple of it");
   app.add_option("--profile", o.profile_file,
                  "Gradient set (one tensor element count per line): time one step fused, "
                  "unfused per tensor and as one flat buffer instead of the size sweep")

@@ -39,7 +39,8 @@ struct options {
   std::size_t fusion_tensors = 1;
   std::string json_file;
   std::string csv_file;
-  std::string peer;  // "", "mpi" or "gloo"
+  std::string peer;    // "", "mpi" or "gloo"
+  bool floor = false;  // --floor: time a cache-line ping-pong (floor.hpp) at every size
   std::string profile_file;
   int threads = 2;  // ranks of the local backend (threads of one process)
   // nccl-tests options accepted for its scripts; validate() refuses what DistComm cannot do.

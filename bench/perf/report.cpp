@@ -39,6 +39,9 @@ void print_block(const measurement& m) {
 // where DistComm has only that form (alltoall, like MPI_Alltoall here).
 const measurement& compared(const row& r) { return r.in_place.ran ? r.in_place : r.out_of_place; }
 bool has_ratio(const row& r) { return compared(r).ran && r.peer.ran && r.peer.busbw > 0; }
+// Ours against the floor: how many round trips of the cache line our collective costs.
+bool has_floor(const row& r) { return compared(r).ran && r.floor_us > 0; }
+double over_floor(const row& r) { return compared(r).time_us / r.floor_us; }
 
 nlohmann::json to_json(const measurement& m) {
   if (!m.ran) return nullptr;
@@ -129,16 +132,19 @@ void report::header() {
     const char* form = exchange ? ", out-of-place" : ", in-place";
     std::printf("%s", centered("peer " + info_.peer + form).c_str());
   }
+  if (info_.floor) std::printf("%s", centered("floor", 17).c_str());
   std::printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",
               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
               "busbw", "#wrong");
   if (peer) {
     std::printf("  %7s  %6s  %6s %6s  %6s", "time", "algbw", "busbw", "#wrong", "ratio");
   }
+  if (info_.floor) std::printf("  %7s  %6s", "time", "x");
   std::printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
               "");
   if (peer) std::printf("  %7s  %6s  %6s  %5s  %6s", "(us)", "(GB/s)", "(GB/s)", "", "");
+  if (info_.floor) std::printf("  %7s  %6s", "(us)", "floor");
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -169,6 +175,13 @@ void report::add(const row& r) {
       std::printf("  %6.2f", compared(r).busbw / r.peer.busbw);
     } else {
       std::printf("  %6s", "N/A");
+    }
+  }
+  if (info_.floor) {
+    if (has_floor(r)) {
+      std::printf("  %7s  %6.2f", format_time(r.floor_us).c_str(), over_floor(r));
+    } else {
+      std::printf("  %7s  %6s", "N/A", "N/A");
     }
   }
   std::printf("\n");
@@ -234,6 +247,7 @@ void report::write_json() const {
   j["average"] = o_.average;
   j["peer"] = info_.peer.empty() ? nlohmann::json(nullptr) : nlohmann::json(info_.peer);
   j["peer_detail"] = info_.peer_detail;
+  j["floor"] = info_.floor;
   j["devices"] = info_.devices;
   j["results"] = nlohmann::json::array();
   for (const row& r : rows_) {
@@ -247,6 +261,10 @@ void report::write_json() const {
       e["peer"] = to_json(r.peer);
       e["ratio"] =
           has_ratio(r) ? nlohmann::json(compared(r).busbw / r.peer.busbw) : nlohmann::json(nullptr);
+    }
+    if (info_.floor) {
+      e["floor_us"] = has_floor(r) ? nlohmann::json(r.floor_us) : nlohmann::json(nullptr);
+      e["x_floor"] = has_floor(r) ? nlohmann::json(over_floor(r)) : nlohmann::json(nullptr);
     }
     j["results"].push_back(std::move(e));
   }
@@ -286,6 +304,7 @@ void report::write_csv() const {
     if (!info_.peer.empty()) {
       f << ",peer,peer_time_us,peer_algbw_GBps,peer_busbw_GBps,peer_wrong,ratio";
     }
+    if (info_.floor) f << ",floor_us,x_floor";
     f << "\n";
     for (const row& r : rows_) {
       f << prefix << r.cycle << "," << r.bytes << "," << r.count << "," << r.root << ","
@@ -293,6 +312,13 @@ void report::write_csv() const {
       if (!info_.peer.empty()) {
         f << "," << info_.peer << "," << csv_cells(r.peer) << ",";
         if (has_ratio(r)) f << compared(r).busbw / r.peer.busbw;
+      }
+      if (info_.floor) {
+        f << ",";
+        if (has_floor(r))
+          f << r.floor_us << "," << over_floor(r);
+        else
+          f << ",";
       }
       f << "\n";
     }

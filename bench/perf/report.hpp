@@ -1,6 +1,7 @@
 // Output of the benchmarks, on rank 0: nccl-tests' text layout (header, one row per size with
 // out-of-place and in-place time/algbw/busbw/#wrong, footer), DistComm's additions (the peer's
-// columns and ours/peer ratio, the --profile table), and the same results as --json / --csv.
+// columns and ours/peer ratio, the --floor column, the --profile table), and the same results as
+// --json / --csv.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,7 @@ struct row {
   std::size_t count = 0;
   int root = -1;
   measurement out_of_place, in_place, peer;
+  double floor_us = 0;  // --floor: one cache-line round trip (floor.hpp); 0: not timed
 };
 
 // One mode of --profile.
@@ -46,6 +48,7 @@ struct run_info {
   int threads = 1;          // ranks per process (local backend: all of them)
   std::string peer;         // "" or "mpi" / "gloo"
   std::string peer_detail;  // "MPI_Allreduce on MPI_COMM_WORLD"
+  bool floor = false;       // --floor: the floor column
   std::size_t fusion_threshold = 0;
   std::vector<std::string> devices;  // one "Rank .. Pid .. on host .." line per rank
 };

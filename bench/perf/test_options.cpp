@@ -107,3 +107,14 @@ TEST_CASE("options: --help lists --peer only where it can run") {
   CHECK(peer.rc == -1);
   CHECK(peer.o.peer == "mpi");
 }
+
+TEST_CASE("options: --floor is a column of the size sweep") {
+  CHECK_FALSE(parse({}).o.floor);
+  const parsed on = parse({"--floor", "-b", "8", "-e", "64K"});
+  CHECK(on.rc == -1);
+  CHECK(on.o.floor);
+  const char* profile = "/proc/self/status";  // any existing file: refused before it is read
+  const parsed both = parse({"--floor", "--profile", profile});
+  CHECK(both.rc == 2);
+  CHECK_HAS(both.printed, "--floor is a column of the size sweep");
+}
