@@ -125,12 +125,35 @@ void mismatched_calls(rank_context<B>& ctx) {
     check_has(m, "tensors");
     check_has(m, "order");
   }
-  // The communicator is still usable, and the next collective pairs up as usual.
-  std::vector<std::int64_t> ok(5, me + 1);
-  comm.allreduce(dc::view(ok));
+  // The communicator is still usable, and the next collectives pair up as usual.
   const std::int64_t n = ctx.size;
-  CHECK(ok == std::vector<std::int64_t>(5, n * (n + 1) / 2));
-  comm.barrier();
+  const auto usable = [&](dc::communicator<B>& c) {
+    for (std::size_t count : {std::size_t{5}, std::size_t{512}, std::size_t{512}, std::size_t{5}}) {
+      std::vector<std::int64_t> ok(count, me + 1);
+      c.allreduce(dc::view(ok));
+      CHECK(ok == std::vector<std::int64_t>(count, n * (n + 1) / 2));
+    }
+    c.barrier();
+  };
+  usable(comm);
+
+  // A collective that moves data against one that moves none (a backend that stages data for
+  // its collectives must not lose count of where it stages it: the next calls check it). 4 KiB:
+  // the backend's native allreduce where it has one (suite_config's table).
+  {
+    dc::communicator<B> fresh(ctx.make(), mismatch_config<B>());
+    std::vector<float> v(1024, 1.0f);
+    const std::string m = expect_call_mismatch("kind", [&] {
+      if (odd) {
+        fresh.barrier();
+      } else {
+        fresh.allreduce(dc::view(v));
+      }
+    });
+    check_has(m, "calls allreduce");
+    check_has(m, "calls barrier");
+    usable(fresh);
+  }
 
   // Settings that choose the algorithm differ (a rank with another DISTCOMM_SEGMENT_SIZE).
   dc::config other = mismatch_config<B>();

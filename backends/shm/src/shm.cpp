@@ -139,10 +139,12 @@ struct shm_state {
   std::weak_ptr<store> kv;
   std::string prefix;
   shm_options opts;
-  std::uint64_t generation = 0;     // collectives entered
-  std::uint64_t staged = 0;         // chunks staged: the halves of the areas alternate
-  std::string own_name;             // until unlinked
-  bool connected = false;           // every peer's segment mapped
+  std::uint64_t generation = 0;  // collectives entered
+  std::uint64_t staged = 0;      // chunks staged: the halves of the areas alternate
+  check::deferred_agreement* deferred = nullptr;  // carried by the next arrival (defer_agreement)
+  std::uint64_t staged_at_defer = 0;              // `staged` when it was handed over
+  std::string own_name;                           // until unlinked
+  bool connected = false;                         // every peer's segment mapped
   std::vector<const void*> inputs;  // a fold's inputs, one per rank (no allocation per call)
   bool aborted = false;
   std::string abort_reason;
@@ -427,8 +429,41 @@ struct shm_state {
     }
   }
 
-  // Every rank enters collective number `generation + 1`; returns when all have.
+  // Every rank enters collective number `generation + 1`; returns when all have. A deferred
+  // agreement rides on it (the collective's first arrival): settled before anything is read.
   void arrive(const char* what, deadline until) {
+    if (deferred != nullptr) {
+      carry_agreement(until);
+    } else {
+      arrive_only(what, until);
+    }
+  }
+
+  // The pending deferred agreement (check/fingerprint.hpp), exchanged in one arrival. On a
+  // mismatch every rank raises it after that same arrival, and the areas' halves go back to where
+  // the collective found them: the ranks may have been in collectives that stage differently.
+  void carry_agreement(deadline until) {
+    check::deferred_agreement* d = std::exchange(deferred, nullptr);
+    if (!d->pending) return arrive_only(d->what, until);
+    d->pending = false;
+    agree(d->state, d->what, until);
+    d->exchanged = true;
+    if (!d->state.agreed()) staged = staged_at_defer;
+    d->settle();
+  }
+
+  // Before an operation that carries no agreement (messages): the pending one, alone.
+  void flush_agreement() {
+    if (deferred == nullptr) return;
+    check::deferred_agreement* d = std::exchange(deferred, nullptr);
+    if (!d->pending) return;
+    d->pending = false;
+    agree(d->state, d->what, d->until);
+    d->exchanged = true;
+    d->settle();
+  }
+
+  void arrive_only(const char* what, deadline until) {
     const std::uint64_t g = ++generation;
     me().arrived.store(g, std::memory_order_release);
     for (int q = 0; q < size; ++q) {
@@ -478,7 +513,7 @@ struct shm_state {
   void agree(check::agreement& state, const char* what, deadline until) {
     const std::uint64_t g = generation + 1;
     std::memcpy(static_cast<void*>(&me().agreed[g % 2]), &state, sizeof state);
-    arrive(what, until);
+    arrive_only(what, until);
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
       check::agreement theirs;
@@ -701,6 +736,7 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
 }
 
 shm_request shm_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  state_->flush_agreement();
   auto op = std::make_shared<shm_op>();
   op->is_send = true;
   op->peer = peer;
@@ -715,6 +751,7 @@ shm_request shm_backend::isend(const void* data, std::size_t bytes, int peer, ta
 }
 
 shm_request shm_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  state_->flush_agreement();
   auto op = std::make_shared<shm_op>();
   op->peer = peer;
   op->tag = tag;
@@ -728,6 +765,7 @@ shm_request shm_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
 }
 
 void shm_backend::send_detached(const void* data, std::size_t bytes, int peer, tag_t tag) {
+  state_->flush_agreement();
   auto op = std::make_shared<shm_op>();
   op->is_send = true;
   op->peer = peer;
@@ -872,6 +910,12 @@ void shm_backend::native_broadcast(void* data, std::size_t count, dtype t, int r
 
 void shm_backend::native_barrier(deadline until) {
   if (size_ > 1) state_->arrive("native barrier", until);
+}
+
+void shm_backend::defer_agreement(check::deferred_agreement* d) noexcept {
+  shm_state& s = *state_;
+  s.deferred = d;
+  s.staged_at_defer = s.staged;
 }
 
 void shm_backend::native_agree(check::agreement& state, const char* what, deadline until) {

@@ -51,9 +51,17 @@ struct request_of<B, std::void_t<typename B::request>> {
 template <class, class = void>
 struct has_native_agree : std::false_type {};
 template <class B>
-struct has_native_agree<B, std::void_t<decltype(std::declval<B&>().native_agree(
-                               std::declval<agreement&>(), std::declval<const char*>(),
-                               deadline{}))>> : std::true_type {};
+struct has_native_agree<B,
+                        std::void_t<decltype(std::declval<B&>().native_agree(
+                            std::declval<agreement&>(), std::declval<const char*>(), deadline{}))>>
+    : std::true_type {};
+// `void defer_agreement(deferred_agreement* d) noexcept`: the backend carries the agreement in
+// its next operation's first exchange (deferred_agreement, check/fingerprint.hpp).
+template <class, class = void>
+struct defers_agreement : std::false_type {};
+template <class B>
+struct defers_agreement<B, std::void_t<decltype(std::declval<B&>().defer_agreement(
+                               static_cast<deferred_agreement*>(nullptr)))>> : std::true_type {};
 }  // namespace detail
 
 template <class B>
@@ -114,9 +122,14 @@ class call_check {
     mine.seq = seq_++;
     mine.rank = b.rank();
     what_ = what;
+    deferred_.pending = deferred_.exchanged = false;
     const int p = b.size();
     if (!exchanges(p)) return false;
-    if constexpr (detail::has_native_agree<B>::value) {
+    if constexpr (detail::defers_agreement<B>::value) {
+      deferred_ = deferred_agreement{agreement{mine, mine, nonce_}, mine, what, until, true, false};
+      b.defer_agreement(&deferred_);
+      return true;
+    } else if constexpr (detail::has_native_agree<B>::value) {
       agreement merged{mine, mine, nonce_};
       b.native_agree(merged, what, until);
       peer_left_ = is_left(merged.hi);
@@ -199,6 +212,41 @@ class call_check {
     for (auto& req : more) settle(req);
     if (!state.agreed()) throw mismatch_error(describe_mismatch(what, state, mine));
     return true;
+  }
+
+  // After the collective's body returned: a deferred agreement the body did not exchange (it
+  // touched no transport: nothing to move, or a barrier) is exchanged now, and settled.
+  void complete_deferred(B& b) {
+    if constexpr (detail::defers_agreement<B>::value) {
+      if (!deferred_.pending) return;
+      b.defer_agreement(nullptr);
+      deferred_.pending = false;
+      b.native_agree(deferred_.state, deferred_.what, deferred_.until);
+      deferred_.exchanged = true;
+      peer_left_ = is_left(deferred_.state.hi);
+      deferred_.settle();
+    } else {
+      (void)b;
+    }
+  }
+
+  // After the collective's body threw: whether it threw the deferred agreement's own
+  // mismatch_error (every rank raised it after the same exchange, before any caller's buffer
+  // was touched: the communicator stays usable unless peer_left()). A deferred agreement not
+  // exchanged is dropped.
+  bool deferred_mismatch(B& b) noexcept {
+    if constexpr (detail::defers_agreement<B>::value) {
+      if (deferred_.pending) {
+        b.defer_agreement(nullptr);
+        deferred_.pending = false;
+      }
+      if (!deferred_.exchanged) return false;
+      peer_left_ = is_left(deferred_.state.hi);
+      return !deferred_.state.agreed();
+    } else {
+      (void)b;
+      return false;
+    }
   }
 
   // Tells the ranks that would hear from this one in the next exchange that this communicator is
@@ -314,6 +362,7 @@ class call_check {
   std::vector<agreement> received_;
   std::vector<std::uint64_t> sources_;  // the nonce of each round's source, once known
   std::shared_ptr<stall_watch> watch_;  // DISTCOMM_STALL_WARNING, else null
+  deferred_agreement deferred_;         // the backend carries it (defers_agreement)
   const char* what_ = nullptr;          // the collective being agreed on
 };
 

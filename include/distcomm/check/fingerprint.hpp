@@ -4,11 +4,13 @@
 // a mismatch_error on every rank whose message comes from describe_mismatch() below.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "distcomm/config.hpp"
+#include "distcomm/core/error.hpp"
 #include "distcomm/core/span.hpp"
 #include "distcomm/core/tensor_view.hpp"
 
@@ -97,6 +99,24 @@ struct agreement {
 // The message of the mismatch_error every rank raises: the field that differs, the two ranks and
 // both values, what to do; `what` names the collective, `mine` is this rank's fingerprint.
 std::string describe_mismatch(const char* what, const agreement& a, const call_fingerprint& mine);
+
+// An agreement carried by the collective's own first exchange instead of one of its own before
+// it (a backend with `void defer_agreement(deferred_agreement*) noexcept`: shm, whose collectives
+// publish the fingerprints in the arrival that publishes the data). call_check hands it over
+// pending; the backend's next operation exchanges it, merging the peers' into `state`, and calls
+// settle() before it touches any caller's buffer, or exchanges it alone first where it cannot.
+struct deferred_agreement {
+  agreement state;                                // this rank's, then every rank's merged
+  call_fingerprint mine;                          // this rank's fingerprint, for the message
+  const char* what = nullptr;                     // the collective
+  std::chrono::steady_clock::time_point until{};  // the collective's deadline
+  bool pending = false;                           // handed over, not yet exchanged
+  bool exchanged = false;                         // `state` holds every rank's
+  // After the exchange: the mismatch_error every rank raises alike when the ranks differ.
+  void settle() const {
+    if (!state.agreed()) throw mismatch_error(describe_mismatch(what, state, mine));
+  }
+};
 
 // The notice of a communicator that was destroyed (call_kind::left).
 inline bool is_left(const call_fingerprint& f) noexcept {

@@ -173,11 +173,22 @@ struct pipeline {
     }
     try {
       body(s, until);
+      s.check.complete_deferred(s.backend);  // the agreement, if the body carried none
     } catch (const invalid_argument_error&) {
+      (void)s.check.deferred_mismatch(s.backend);
       throw;  // a bad call on this rank leaves the transport untouched
     } catch (const strategy::detail::agreed_mismatch_error&) {
       throw;  // every rank raised it after the same exchange, nothing moved (alltoallv's counts)
+    } catch (const mismatch_error& e) {
+      // The agreement the backend carried in the collective's first exchange: as above.
+      if (s.check.deferred_mismatch(s.backend)) {
+        if (s.check.peer_left()) fail(s, what, e, /*abort=*/false);
+        throw;
+      }
+      fail(s, what, e);
+      throw;
     } catch (const std::exception& e) {
+      (void)s.check.deferred_mismatch(s.backend);
       fail(s, what, e);
       throw;
     }

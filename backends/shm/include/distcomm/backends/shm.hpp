@@ -137,6 +137,9 @@ class shm_backend {
   // destroyed communicator's notice in its place.
   void native_agree(check::agreement& state, const char* what, deadline until);
   void native_leave(const check::agreement& notice) noexcept;
+  // The agreement carried by the next collective's first arrival instead of one of its own
+  // (check::deferred_agreement): the fingerprints published with the data, one arrival fewer.
+  void defer_agreement(check::deferred_agreement* d) noexcept;
 
   // A backend over `members` (ranks of this one, in their new rank order; this rank among
   // them) with segments of its own: split() and subset() of communicator.hpp. `name` is the same
