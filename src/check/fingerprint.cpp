@@ -144,6 +144,29 @@ call_fingerprint counts_fingerprint(call_kind kind, span<const std::size_t> coun
   return f;
 }
 
+std::uint64_t digest(const call_fingerprint& f) noexcept {
+  const auto half = [](auto v) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(v));
+  };
+  const std::uint64_t words[] = {f.seq,
+                                 f.count,
+                                 f.tensors_hash,
+                                 f.segment_bytes,
+                                 f.fusion_threshold,
+                                 f.fusion_cutoff,
+                                 f.algo_hash,
+                                 half(f.kind) << 32 | half(f.type),
+                                 half(f.op) << 32 | half(f.root),
+                                 half(f.tensors) << 32 | half(f.deterministic),
+                                 half(f.ps_servers)};
+  std::uint64_t h = 0x243f6a8885a308d3;  // mixed word by word (splitmix64's finaliser)
+  for (const std::uint64_t w : words) {
+    h = (h ^ w) * 0x9e3779b97f4a7c15;
+    h ^= h >> 31;
+  }
+  return h == 0 ? 1 : h;
+}
+
 int compare(const call_fingerprint& a, const call_fingerprint& b) noexcept {
   const auto ka = key(a);
   const auto kb = key(b);
@@ -157,7 +180,7 @@ void agreement::merge(const agreement& other) noexcept {
   if (h > 0 || (h == 0 && other.hi.rank < hi.rank)) hi = other.hi;
 }
 
-bool agreement::agreed() const noexcept { return compare(lo, hi) == 0; }
+bool agreement::agreed() const noexcept { return key(lo) == key(hi); }  // one pass, no order
 
 std::string ordinal(std::uint64_t n) {
   const char* suffix = "th";

@@ -3,25 +3,27 @@
 //
 // Layout of rank r's segment (every field is written by the rank named):
 //   header                           doorbell and sleepers (anyone bumps, r sleeps on it), the
-//                                    collective generation r reached (r), abort flag and reason (r),
-//                                    r's call fingerprints for the agreement before a collective (r)
-//   ring[d] for every rank d         r's messages to d: head (r), tail (d), data (r writes, d reads)
-//   area[2]                          r's staging for the collectives (r writes, every rank reads)
+//                                    collective generation r reached (r), abort flag and reason
+//                                    (r), r's call fingerprints for the agreement before a
+//                                    collective (r)
+//   ring[d] for every rank d         r's messages to d: head (r), tail (d), data (r writes, d
+//   reads) area[2]                          r's staging for the collectives (r writes, every rank
+//   reads)
 #pragma once
 
+#include <sys/types.h>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <sys/types.h>
 
 #include "distcomm/check/fingerprint.hpp"
 
 namespace distcomm::detail::shm {
 
 constexpr std::uint32_t segment_magic = 0x44435348;  // "DCSH"
-constexpr std::uint32_t layout_version = 2;
+constexpr std::uint32_t layout_version = 3;
 constexpr std::size_t line = 64;
 
 struct alignas(line) header {
@@ -34,7 +36,10 @@ struct alignas(line) header {
   alignas(line) std::atomic<std::uint32_t> doorbell;  // the futex word r sleeps on
   std::atomic<std::uint32_t> sleepers;                // threads of r asleep (or about to be)
   alignas(line) std::atomic<std::uint64_t> arrived;   // collectives r has entered
-  alignas(line) std::atomic<std::uint32_t> aborted;   // set once `reason` is written
+  // check::digest of what r agrees with at generation g, in digest[g % 2], beside `arrived` so
+  // that a peer waiting for r reads it in the same cache line; 0 with a notice (shm_state::agree).
+  std::atomic<std::uint64_t> digest[2];
+  alignas(line) std::atomic<std::uint32_t> aborted;  // set once `reason` is written
   char reason[512];
   // What r agrees with at generation g, in agreed[g % 2]: written before r's `arrived` reaches g,
   // read by the peers once theirs has (shm_state::agree).
@@ -42,7 +47,7 @@ struct alignas(line) header {
 };
 
 struct alignas(line) ring_header {
-  std::atomic<std::uint64_t> head;  // bytes ever written by the producer
+  std::atomic<std::uint64_t> head;                // bytes ever written by the producer
   alignas(line) std::atomic<std::uint64_t> tail;  // bytes ever read by the consumer
 };
 

@@ -32,6 +32,12 @@ constexpr std::size_t header_bytes = 16;  // a message's tag and size, ahead of 
 // A waiter polls this long before it sleeps on its futex: a peer on another core usually
 // answers within it, and a sleep costs a futex wake-up on both sides (about 5-10 us here).
 constexpr std::chrono::microseconds spin_for{20};
+// Allreduces up to this size take one arrival, every rank folding every input (native_allreduce);
+// larger ones split the fold among the ranks, at the cost of a second arrival.
+constexpr std::size_t one_arrival_bytes = std::size_t{8} << 10;
+// An arrival polls the peers' counters this many times, with a pause between, before it waits
+// the general way (await): about 1-10 us, by how long the processor's pause is.
+constexpr int quick_polls = 256;
 // A sleeping waiter wakes at least this often to see whether a peer it waits for has exited.
 constexpr std::chrono::milliseconds liveness_every{10};
 
@@ -448,8 +454,10 @@ struct shm_state {
     d->pending = false;
     agree(d->state, d->what, until);
     d->exchanged = true;
-    if (!d->state.agreed()) staged = staged_at_defer;
-    d->settle();
+    if (!d->state.agreed()) {
+      staged = staged_at_defer;
+      d->settle();
+    }
   }
 
   // Before an operation that carries no agreement (messages): the pending one, alone.
@@ -472,13 +480,20 @@ struct shm_state {
     const auto missing = [&](int q) {
       return of(q).head().arrived.load(std::memory_order_acquire) < g;
     };
+    const auto all_arrived = [&] {
+      for (int q = 0; q < size; ++q) {
+        if (q != rank && missing(q)) return false;
+      }
+      return true;
+    };
+    // Most arrivals come within a microsecond: the counters alone first, without the lock, the
+    // message rings or the clock, each of which delays noticing the last one (await below).
+    for (int spin = 0; spin < quick_polls; ++spin) {
+      if (all_arrived()) return;
+      cpu_relax();
+    }
     const bool ok = await(
-        [&] {
-          for (int q = 0; q < size; ++q) {
-            if (q != rank && missing(q)) return false;
-          }
-          return true;
-        },
+        all_arrived,
         [&](bool slow) {
           for (int q = 0; q < size; ++q) {
             if (q == rank || !missing(q)) continue;
@@ -506,18 +521,39 @@ struct shm_state {
     }
   }
 
-  // The agreement before a collective (check/agree.hpp) in shared memory: this rank's
-  // fingerprints go to its slot of the next generation, every rank arrives, and each merges every
-  // peer's slot into `state`. A slot is rewritten two generations later at the earliest, after
-  // every peer has arrived once more, so after it has read it.
+  // The agreement before a collective (check/agree.hpp) in shared memory: this rank's digest
+  // goes beside its arrival counter, every rank arrives, and each compares the peers' digests with
+  // its own; where they differ, the full fingerprints go to the slots of one more generation and
+  // each rank merges every peer's into `state`. A slot is rewritten two generations later at the
+  // earliest, after every peer has arrived once more, so after it has read it.
   void agree(check::agreement& state, const char* what, deadline until) {
     const std::uint64_t g = generation + 1;
-    std::memcpy(static_cast<void*>(&me().agreed[g % 2]), &state, sizeof state);
+    const std::uint64_t mine = check::digest(state.lo);  // lo == hi: this rank's alone
+    me().digest[g % 2].store(mine, std::memory_order_relaxed);
     arrive_only(what, until);
+    // The digests came with the arrivals. Where they differ, every rank sees it: the full
+    // fingerprints follow in one more arrival, except where a notice (digest 0, its full text
+    // already there) explains it.
+    bool same = true;
+    bool notice = false;
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
+      const std::uint64_t theirs = of(q).head().digest[g % 2].load(std::memory_order_relaxed);
+      same = same && theirs == mine;
+      notice = notice || theirs == 0;
+    }
+    if (same) return;
+    std::uint64_t full = g;
+    if (!notice) {
+      full = generation + 1;
+      std::memcpy(static_cast<void*>(&me().agreed[full % 2]), &state, sizeof state);
+      arrive_only(what, until);
+    }
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      if (notice && of(q).head().digest[g % 2].load(std::memory_order_relaxed) != 0) continue;
       check::agreement theirs;
-      std::memcpy(static_cast<void*>(&theirs), &of(q).head().agreed[g % 2], sizeof theirs);
+      std::memcpy(static_cast<void*>(&theirs), &of(q).head().agreed[full % 2], sizeof theirs);
       state.merge(theirs);
     }
   }
@@ -526,6 +562,7 @@ struct shm_state {
   void leave(const check::agreement& notice) noexcept {
     const std::uint64_t g = generation + 1;
     std::memcpy(static_cast<void*>(&me().agreed[g % 2]), &notice, sizeof notice);
+    me().digest[g % 2].store(0, std::memory_order_relaxed);
     me().arrived.store(g, std::memory_order_release);
     for (int q = 0; q < size; ++q) {
       if (q != rank) shm::bump(of(q).head());
@@ -815,6 +852,17 @@ void shm_backend::native_allreduce(const void* in, void* out, std::size_t count,
   const std::size_t p = static_cast<std::size_t>(size_);
   const std::size_t per = s.opts.chunk_bytes / es;
   std::vector<const void*>& inputs = s.inputs;
+  if (count * es <= detail::one_arrival_bytes && count <= per) {
+    // Small: one arrival, then every rank folds the whole vector from every area, in rank order
+    // (the same bits on every rank): the second arrival costs more than the larger fold saves.
+    const int half = s.next_half();
+    std::memcpy(s.area(rank_, half), src, count * es);
+    s.arrive("native allreduce", until);
+    for (std::size_t q = 0; q < p; ++q) inputs[q] = s.area(static_cast<int>(q), half);
+    fold(dst, inputs.data(), p, count, t, op);
+    if (op == reduce_op::avg) divide(dst, dst, count, t, p);
+    return;
+  }
   for (std::size_t off = 0; off < count; off += per) {
     const std::size_t n = std::min(per, count - off);
     const int half = s.next_half();

@@ -126,7 +126,11 @@ class call_check {
     const int p = b.size();
     if (!exchanges(p)) return false;
     if constexpr (detail::defers_agreement<B>::value) {
-      deferred_ = deferred_agreement{agreement{mine, mine, nonce_}, mine, what, until, true, false};
+      deferred_.state.lo = deferred_.state.hi = deferred_.mine = mine;
+      deferred_.state.sender = nonce_;
+      deferred_.what = what;
+      deferred_.until = until;
+      deferred_.pending = true;
       b.defer_agreement(&deferred_);
       return true;
     } else if constexpr (detail::has_native_agree<B>::value) {

@@ -85,6 +85,11 @@ std::uint64_t hash_bytes(const void* data, std::size_t n) noexcept;
 
 // Total order on everything but `rank`; equal means the ranks agree.
 int compare(const call_fingerprint& a, const call_fingerprint& b) noexcept;
+// 64 bits of everything compare() looks at: equal fingerprints have equal digests, and a digest
+// is never 0 (a transport may mark a notice with 0). A few multiplies: a transport that publishes
+// it where peers look anyway (shm, beside its arrival counter) reads the full fingerprints only
+// when digests differ.
+std::uint64_t digest(const call_fingerprint& f) noexcept;
 
 // The extremes of the fingerprints of a set of ranks: lo and hi under compare(), ties to the lower
 // rank. Merging is idempotent, so the overlapping sets of a dissemination exchange are fine.
