@@ -72,11 +72,15 @@ using tag_t = std::uint32_t;
 // whose transport allows fewer tags maps them into its range (the mpi backend, MPI_TAG_UB).
 inline constexpr tag_t user_tag_base = tag_t{1} << 30;
 
-// deadline_after(seconds) saturates instead of overflowing for very long timeouts.
-inline deadline deadline_after(std::chrono::duration<double> timeout) {
-  const auto max_left = std::chrono::duration<double>(deadline::max() - clock::now());
+// deadline_after(seconds) saturates instead of overflowing for very long timeouts; `from` is now
+// when the caller has read the clock already.
+inline deadline deadline_after(deadline from, std::chrono::duration<double> timeout) {
+  const auto max_left = std::chrono::duration<double>(deadline::max() - from);
   if (timeout >= max_left) return deadline::max();
-  return clock::now() + std::chrono::duration_cast<clock::duration>(timeout);
+  return from + std::chrono::duration_cast<clock::duration>(timeout);
+}
+inline deadline deadline_after(std::chrono::duration<double> timeout) {
+  return deadline_after(clock::now(), timeout);
 }
 
 namespace detail {

@@ -102,9 +102,13 @@ const char* state_name(flight_recorder::state s) {
   return "unknown";
 }
 
+// Microseconds since the epoch of steady time `t`, through the wall clock as it reads now.
 std::int64_t micros(flight_recorder::time_point t) {
   if (t == flight_recorder::time_point{}) return 0;
-  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  const auto wall =
+      std::chrono::system_clock::now().time_since_epoch() +
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(t - flight_recorder::now());
+  return std::chrono::duration_cast<std::chrono::microseconds>(wall).count();
 }
 
 nlohmann::ordered_json to_json(const flight_recorder::entry& e) {
@@ -169,9 +173,10 @@ flight_recorder::~flight_recorder() = default;
 
 void flight_recorder::record(flight_recorder* r, std::uint64_t seq, const char* what,
                              const check::call_fingerprint& fp, time_point posted,
-                             const std::string& dump_dir, void (*call)(void*), void* context) {
+                             time_point started, const std::string& dump_dir, void (*call)(void*),
+                             void* context) {
   if (r == nullptr) return call(context);
-  const std::uint64_t slot = r->start(seq, what, fp, posted);
+  const std::uint64_t slot = r->start(seq, what, fp, posted, started);
   try {
     call(context);
   } catch (const invalid_argument_error& e) {
@@ -186,8 +191,9 @@ void flight_recorder::record(flight_recorder* r, std::uint64_t seq, const char* 
 }
 
 std::uint64_t flight_recorder::start(std::uint64_t seq, const char* what,
-                                     const check::call_fingerprint& fp, time_point posted) {
-  const time_point t = now();
+                                     const check::call_fingerprint& fp, time_point posted,
+                                     time_point started) {
+  const time_point t = started;
   const std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t slot = next_++;
   entry& e = ring_[slot % ring_.size()];

@@ -51,9 +51,9 @@ struct pipeline {
       auto body = [&](State& st, deadline until) {
         for (auto& r : c.body(st, until)) r.wait(until);
       };
-      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, body, posted_now(s)); });
+      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, body, {}); });
     } else {
-      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, posted_now(s)); });
+      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, {}); });  // posted: started
     }
   }
 
@@ -137,15 +137,16 @@ struct pipeline {
   static void guarded(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
                       trace::flight_recorder::time_point posted) {
     refuse_after_failure(s, what);
-    const deadline until = deadline_after(s.cfg.timeout);
+    const deadline started = clock::now();  // the deadline's and the recorder's
+    const deadline until = deadline_after(started, s.cfg.timeout);
     const span_on_exit traced{s, what, fp};
     // Through one function that is not a template (the recorder's), so that each collective's
     // code is compiled once.
     auto run = [&] { checked(s, what, fp, body, until); };
     const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
     trace::flight_recorder::record(
-        collective ? s.recorder.get() : nullptr, s.check.calls(), what, fp, posted, s.cfg.dump_dir,
-        [](void* f) { (*static_cast<decltype(run)*>(f))(); }, &run);
+        collective ? s.recorder.get() : nullptr, s.check.calls(), what, fp, posted, started,
+        s.cfg.dump_dir, [](void* f) { (*static_cast<decltype(run)*>(f))(); }, &run);
   }
 
   // When a call was posted, for the flight recorder (not read without one).

@@ -25,7 +25,9 @@ namespace distcomm::trace {
 
 class flight_recorder {
  public:
-  using time_point = std::chrono::system_clock::time_point;
+  // Steady time (the deadlines' clock, read once per collective for both); the dumps turn it
+  // into wall-clock time.
+  using time_point = std::chrono::steady_clock::time_point;
   enum class state : std::uint8_t { posted, started, completed, failed };
 
   // Who the recorder belongs to: the same name and ranks on every rank of the communicator.
@@ -54,19 +56,21 @@ class flight_recorder {
   flight_recorder(const flight_recorder&) = delete;
   flight_recorder& operator=(const flight_recorder&) = delete;
 
-  static time_point now() { return std::chrono::system_clock::now(); }
+  static time_point now() { return std::chrono::steady_clock::now(); }
 
   // Runs call(context) as one collective, recorded by `r` (none when null): number `seq`,
-  // posted at `posted`, started now, then completed, or failed with the exception it throws
-  // (rethrown); a failure other than invalid_argument_error (the caller's own bad call) dumps
-  // every recorder of the process into `dump_dir` (DISTCOMM_DUMP_DIR when empty).
+  // posted at `posted` (none: when it started), started at `started`, then completed, or failed
+  // with the exception it throws (rethrown); a failure other than invalid_argument_error (the
+  // caller's own bad call) dumps every recorder of the process into `dump_dir`
+  // (DISTCOMM_DUMP_DIR when empty).
   static void record(flight_recorder* r, std::uint64_t seq, const char* what,
-                     const check::call_fingerprint& fp, time_point posted,
+                     const check::call_fingerprint& fp, time_point posted, time_point started,
                      const std::string& dump_dir, void (*call)(void*), void* context);
 
-  // A collective posted (queued behind others) at `posted` and started now: returns its slot.
+  // A collective posted (queued behind others) at `posted` and started at `started`: returns its
+  // slot.
   std::uint64_t start(std::uint64_t seq, const char* what, const check::call_fingerprint& fp,
-                      time_point posted);
+                      time_point posted, time_point started);
   // Its end: completed, or failed with `e`.
   void finish(std::uint64_t slot);
   void finish(std::uint64_t slot, const std::exception& e, const std::string& text);
