@@ -105,7 +105,7 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
   // communicator/list.hpp says what each does.
 #define DISTCOMM_TYPED_CALL(name, parameters, arguments) \
   void name parameters { run(build().name arguments); }  \
-  work i##name parameters { return post(build().name arguments); }
+  work i##name parameters { return post(build(true).name arguments); }
 #define DISTCOMM_TYPED_FORM(name, parameters, arguments) \
   void name parameters { name arguments; }               \
   work i##name parameters { return i##name arguments; }
@@ -196,7 +196,10 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
     set_log_level(s_->cfg.log);  // DISTCOMM_LOG is read with the rest of the configuration
   }
 
-  detail::collectives<state> build() const { return detail::collectives<state>(get()); }
+  // The builders; `queued` for the non-blocking forms (collectives.hpp).
+  detail::collectives<state> build(bool queued = false) const {
+    return detail::collectives<state>(get(), queued);
+  }
   template <class Body>
   void run(detail::call<Body> c) {
     detail::pipeline<state>::run(get(c.what), std::move(c));

@@ -102,16 +102,21 @@ const char* state_name(flight_recorder::state s) {
   return "unknown";
 }
 
-// Microseconds since the epoch of steady time `t`, through the wall clock as it reads now.
-std::int64_t micros(flight_recorder::time_point t) {
+// The wall clock's lead on the steady clock, read once per dump: the entries keep steady time.
+using wall_offset = std::chrono::system_clock::duration;
+wall_offset wall_offset_now() {
+  return std::chrono::system_clock::now().time_since_epoch() -
+         std::chrono::duration_cast<wall_offset>(flight_recorder::now().time_since_epoch());
+}
+
+// Microseconds since the epoch of steady time `t` (0 for none).
+std::int64_t micros(flight_recorder::time_point t, wall_offset offset) {
   if (t == flight_recorder::time_point{}) return 0;
-  const auto wall =
-      std::chrono::system_clock::now().time_since_epoch() +
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(t - flight_recorder::now());
+  const auto wall = std::chrono::duration_cast<wall_offset>(t.time_since_epoch()) + offset;
   return std::chrono::duration_cast<std::chrono::microseconds>(wall).count();
 }
 
-nlohmann::ordered_json to_json(const flight_recorder::entry& e) {
+nlohmann::ordered_json to_json(const flight_recorder::entry& e, wall_offset offset) {
   nlohmann::ordered_json j;
   j["seq"] = e.seq;
   j["collective"] = e.what;
@@ -121,10 +126,10 @@ nlohmann::ordered_json to_json(const flight_recorder::entry& e) {
   if (e.fp.root >= 0) j["root"] = e.fp.root;
   if (e.fp.tensors > 0) j["tensors"] = e.fp.tensors;
   j["state"] = state_name(e.st);
-  j["posted_us"] = micros(e.posted);
-  j["started_us"] = micros(e.started);
+  j["posted_us"] = micros(e.posted, offset);
+  j["started_us"] = micros(e.started, offset);
   if (e.st == flight_recorder::state::completed || e.st == flight_recorder::state::failed) {
-    j["ended_us"] = micros(e.ended);
+    j["ended_us"] = micros(e.ended, offset);
   }
   if (e.st == flight_recorder::state::failed) {
     j["error_kind"] = e.error_kind;
@@ -144,7 +149,8 @@ nlohmann::ordered_json to_json(const flight_recorder& r) {
   j["strategy"] = id.strategy;
   j["recorded"] = r.recorded();
   nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-  for (const flight_recorder::entry& e : r.entries()) entries.push_back(to_json(e));
+  const wall_offset offset = wall_offset_now();
+  for (const flight_recorder::entry& e : r.entries()) entries.push_back(to_json(e, offset));
   j["entries"] = std::move(entries);
   return j;
 }
@@ -296,7 +302,7 @@ std::string dump_flight_records(const std::string& reason, const std::string& di
     j["pid"] = static_cast<long>(::getpid());
     j["host"] = host;
     j["reason"] = reason;
-    j["dumped_us"] = micros(flight_recorder::now());
+    j["dumped_us"] = micros(flight_recorder::now(), wall_offset_now());
     nlohmann::ordered_json comms = nlohmann::ordered_json::array();
     for (const auto& r : live) comms.push_back(to_json(*r));
     j["communicators"] = std::move(comms);

@@ -438,37 +438,25 @@ struct shm_state {
   // Every rank enters collective number `generation + 1`; returns when all have. A deferred
   // agreement rides on it (the collective's first arrival): settled before anything is read.
   void arrive(const char* what, deadline until) {
-    if (deferred != nullptr) {
-      carry_agreement(until);
-    } else {
-      arrive_only(what, until);
-    }
+    if (!exchange_deferred()) arrive_only(what, until);
   }
 
-  // The pending deferred agreement (check/fingerprint.hpp), exchanged in one arrival. On a
-  // mismatch every rank raises it after that same arrival, and the areas' halves go back to where
-  // the collective found them: the ranks may have been in collectives that stage differently.
-  void carry_agreement(deadline until) {
+  // The pending deferred agreement (check/fingerprint.hpp), exchanged in one arrival: the
+  // collective's first, or one of its own before an operation that carries none (messages).
+  // False when none was pending. On a mismatch every rank raises it after that same arrival, and
+  // the areas' halves go back to where the collective found them: the ranks may have been in
+  // collectives that stage differently.
+  bool exchange_deferred() {
     check::deferred_agreement* d = std::exchange(deferred, nullptr);
-    if (!d->pending) return arrive_only(d->what, until);
+    if (d == nullptr || !d->pending) return false;
     d->pending = false;
-    agree(d->state, d->what, until);
+    agree(d->state, d->what, d->until);
     d->exchanged = true;
     if (!d->state.agreed()) {
       staged = staged_at_defer;
       d->settle();
     }
-  }
-
-  // Before an operation that carries no agreement (messages): the pending one, alone.
-  void flush_agreement() {
-    if (deferred == nullptr) return;
-    check::deferred_agreement* d = std::exchange(deferred, nullptr);
-    if (!d->pending) return;
-    d->pending = false;
-    agree(d->state, d->what, d->until);
-    d->exchanged = true;
-    d->settle();
+    return true;
   }
 
   void arrive_only(const char* what, deadline until) {
@@ -773,7 +761,7 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
 }
 
 shm_request shm_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
-  state_->flush_agreement();
+  (void)state_->exchange_deferred();
   auto op = std::make_shared<shm_op>();
   op->is_send = true;
   op->peer = peer;
@@ -788,7 +776,7 @@ shm_request shm_backend::isend(const void* data, std::size_t bytes, int peer, ta
 }
 
 shm_request shm_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
-  state_->flush_agreement();
+  (void)state_->exchange_deferred();
   auto op = std::make_shared<shm_op>();
   op->peer = peer;
   op->tag = tag;
@@ -802,7 +790,7 @@ shm_request shm_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
 }
 
 void shm_backend::send_detached(const void* data, std::size_t bytes, int peer, tag_t tag) {
-  state_->flush_agreement();
+  (void)state_->exchange_deferred();
   auto op = std::make_shared<shm_op>();
   op->is_send = true;
   op->peer = peer;

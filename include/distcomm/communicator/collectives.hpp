@@ -28,7 +28,9 @@ class collectives {
   using requests = typename pipeline<State>::requests;
 
  public:
-  explicit collectives(State& s) : s_(s) {}
+  // `queued`: the call runs later (a non-blocking form), so what the caller may free before it
+  // runs is copied.
+  explicit collectives(State& s, bool queued = false) : s_(s), queued_(queued) {}
 
   auto allreduce(tensor_view in, tensor_view out, reduce_op op) const {
     check_view("allreduce input", in);
@@ -43,7 +45,7 @@ class collectives {
                      });
   }
 
-  // The views are copied: the caller's list may go before a non-blocking call runs.
+  // A queued call copies the views: the caller's list may go before it runs.
   auto allreduce(span<const tensor_view> tensors, reduce_op op) const {
     for (const tensor_view& t : tensors) check_view("grouped allreduce tensor", t);
     check_op(op);
@@ -55,10 +57,13 @@ class collectives {
                                    "<distcomm/cuda/fusion.hpp>) or fusion::none");
     }
     const auto fp = check::grouped_fingerprint(tensors, static_cast<int>(op), s_.check.settings());
-    std::vector<tensor_view> views(tensors.begin(), tensors.end());
+    std::vector<tensor_view> copied;
+    if (queued_) copied.assign(tensors.begin(), tensors.end());
     return make_call(
-        "grouped allreduce", fp, [views = std::move(views), op](State& s, deadline until) {
-          const span<const tensor_view> all(views.data(), views.size());
+        "grouped allreduce", fp,
+        [tensors, copied = std::move(copied), op](State& s, deadline until) {
+          const span<const tensor_view> all =
+              copied.empty() ? tensors : span<const tensor_view>(copied.data(), copied.size());
           const auto one = [&](const void* in, void* out, std::size_t count, dtype t, reduce_op o) {
             s.strategy.allreduce(s.backend, in, out, count, t, o, until);
           };
@@ -280,6 +285,7 @@ class collectives {
   }
 
   State& s_;
+  bool queued_;
 };
 
 }  // namespace distcomm::detail
