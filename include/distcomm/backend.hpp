@@ -26,7 +26,10 @@
 // a moment: on a network transport small messages leave at once. A backend on which a message
 // nobody receives is an error declares `static constexpr bool unreceived_messages_ok = false`
 // (MPI: Open MPI reuses a freed communicator's context id and delivers the message into the next
-// communicator); then such messages (the mismatch check's departure notices) are not sent.
+// communicator); then such messages (the mismatch check's departure notices) are not sent. A
+// backend whose message cost grows with size at a few hundred bytes declares `static constexpr
+// std::size_t carried_bytes` below the default 4 KiB: the largest allreduce the call check carries
+// in its own messages (check/carried.hpp).
 //
 // Memory. A backend moves host memory, or CUDA memory when its traits say
 // `.moves(memory_kind::cuda)` (NCCL; a backend without traits declares `static constexpr bool

@@ -125,6 +125,31 @@ void mismatched_calls(rank_context<B>& ctx) {
     check_has(m, "tensors");
     check_has(m, "order");
   }
+  // Small allreduces ride in the agreement's own messages (check/carried.hpp): counts one apart
+  // on either side of the largest carried size, one rank carrying its data and the other not,
+  // and an allreduce carried against a barrier. The data stays as it was.
+  for (std::size_t count :
+       {std::size_t{2}, dc::check::carried_bytes_of<B>::value / sizeof(float)}) {
+    std::vector<float> v(odd ? count + 1 : count, 3.0f);
+    const std::string m =
+        expect_call_mismatch("carried count", [&] { comm.allreduce(dc::view(v)); });
+    check_has(m, "element count");
+    check_has(m, std::to_string(count + 1));
+    CHECK(v == std::vector<float>(odd ? count + 1 : count, 3.0f));
+  }
+  {
+    std::vector<double> v(3, 0.5);
+    const std::string m = expect_call_mismatch("carried kind", [&] {
+      if (odd) {
+        comm.barrier();
+      } else {
+        comm.allreduce(dc::view(v), dc::reduce_op::avg);
+      }
+    });
+    check_has(m, "calls allreduce");
+    check_has(m, "calls barrier");
+    CHECK(v == std::vector<double>(3, 0.5));
+  }
   // The communicator is still usable, and the next collectives pair up as usual.
   const std::int64_t n = ctx.size;
   const auto usable = [&](dc::communicator<B>& c) {

@@ -2,19 +2,22 @@
 // (check/fingerprint.hpp). A dissemination exchange (ceil(log2 p) rounds; in round k rank r sends
 // what it knows to r + 2^k and hears from r - 2^k) leaves every rank with the same extremes of all
 // fingerprints, so either every rank goes on or every rank raises the same mismatch_error. The
-// exchange is itself a barrier. A communicator that is destroyed sends the ranks that hear from it
-// a `left` notice on the same tag, which stands in for its part of the next exchange: ranks still
-// calling collectives learn that it left instead of waiting out their deadline. Every message
-// carries its sender's nonce (random per communicator), so a notice of another communicator on
-// the same transport is recognised and skipped. Round k's receive waits k staggers past the
-// deadline, so that a rank stopped before a collective is named by the rank waiting on it
-// directly, not by one waiting on a healthy rank held up by it (see round_stagger()).
+// exchange is itself a barrier. On host memory, in worlds of up to 8 ranks, its messages also
+// carry small allreduces (check/carried.hpp): the check and the data in one exchange. A
+// communicator that is destroyed sends the ranks that hear from it a `left` notice on the same tag,
+// which stands in for its part of the next exchange: ranks still calling collectives learn that it
+// left instead of waiting out their deadline. Every message carries its sender's nonce (random per
+// communicator), so a notice of another communicator on the same transport is recognised and
+// skipped. Round k's receive waits k staggers past the deadline, so that a rank stopped before a
+// collective is named by the rank waiting on it directly, not by one waiting on a healthy rank held
+// up by it (see round_stagger()).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <random>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "distcomm/backend.hpp"
+#include "distcomm/check/carried.hpp"
 #include "distcomm/check/fingerprint.hpp"
 #include "distcomm/check/stall.hpp"
 #include "distcomm/core/error.hpp"
@@ -117,8 +121,11 @@ class call_check {
   // backend when a peer does not take part in time. Returns whether an exchange ran (it did not
   // when the check is off or the world has one rank). After a mismatch between ranks that are all
   // still here, every rank has finished the same exchange: the next one pairs up as usual. After
-  // peer_left(), the communicator is of no further use.
-  bool agree(B& b, call_fingerprint mine, const char* what, deadline until) {
+  // peer_left(), the communicator is of no further use. An allreduce small enough to ride in the
+  // exchange (`data`, check/carried.hpp) is done by it where the backend's messages carry:
+  // data->done says so, its result in data->out.
+  bool agree(B& b, call_fingerprint mine, const char* what, deadline until,
+             carried_allreduce* data = nullptr) {
     mine.seq = seq_++;
     mine.rank = b.rank();
     what_ = what;
@@ -141,12 +148,12 @@ class call_check {
       return true;
     }
     const int r = b.rank();
-    std::size_t rounds = 0;
-    for (int d = 1; d < p; d *= 2) ++rounds;
-    sent_.resize(rounds);
-    received_.resize(rounds);
+    const std::size_t rounds = sent_.layout(p, slot(p));
+    received_.layout(p, slot(p));
     sources_.resize(rounds, 0);
     agreement state{mine, mine, nonce_};
+    const bool carry = data && slot(p) != 0 && data->fits(slot(p));
+    if (carry) known_.start(p, r, slot(p), data->in, sent_.payload(0), data->bytes());
     const clock::duration stagger = round_stagger(until);
     // The first send apart: no allocation at two ranks, the common case of a latency test.
     request first;
@@ -156,7 +163,8 @@ class call_check {
     int late = -1;  // the first peer whose message came after `until`
     clock::duration late_by{};
     for (std::size_t k = 0; k < rounds; ++k) {
-      sent_[k] = state;
+      sent_.put(k, state);
+      if (carry) known_.fill(sent_.payload(k), r, k, data->bytes());
       const int to = (r + (1 << k)) % p;
       request sr;
       // Nothing is sent to a rank known to have left (its connection may be closed already);
@@ -165,7 +173,7 @@ class call_check {
                            (is_left(state.hi) && state.hi.rank == to);
       if (!to_gone) {
         try {
-          sr = b.isend(&sent_[k], sizeof(agreement), to, tag_agree);
+          sr = b.isend(sent_.message(k), sent_.bytes(k), to, tag_agree);
         } catch (const peer_lost_error&) {
           if (!send_failure) send_failure = std::current_exception();
         }
@@ -185,7 +193,8 @@ class call_check {
         late = from;
         late_by = clock::now() - until;
       }
-      state.merge(received_[k]);
+      state.merge(received_.get(k));
+      if (carry) known_.learn(received_.payload(k), from, k);
     }
     peer_left_ = is_left(state.hi);
     if (peer_left_) gone.push_back(state.hi.rank);
@@ -215,6 +224,10 @@ class call_check {
     settle(first);
     for (auto& req : more) settle(req);
     if (!state.agreed()) throw mismatch_error(describe_mismatch(what, state, mine));
+    if (carry) {
+      known_.fold(*data);
+      data->done = true;
+    }
     return true;
   }
 
@@ -278,13 +291,16 @@ class call_check {
       f.seq = seq_;
       f.rank = b.rank();
       const agreement notice{f, f, nonce_};
+      // Each round's notice has that round's size (the exchange's own buffer: no call runs now).
+      const std::size_t rounds = sent_.layout(p, slot(p));
       std::vector<request> sends;
-      for (int d = 1; d < p; d *= 2) {
-        const int to = (b.rank() + d) % p;
+      for (std::size_t k = 0; k < rounds; ++k) {
+        sent_.put(k, notice);
+        const int to = (b.rank() + (1 << k)) % p;
         if constexpr (distcomm::detail::has_send_detached<B>::value) {
-          b.send_detached(&notice, sizeof notice, to, tag_agree);
+          b.send_detached(sent_.message(k), sent_.bytes(k), to, tag_agree);
         } else {
-          sends.push_back(b.isend(&notice, sizeof notice, to, tag_agree));
+          sends.push_back(b.isend(sent_.message(k), sent_.bytes(k), to, tag_agree));
         }
       }
       // Small messages leave at once on every network transport; the limit guards a wedged one.
@@ -340,14 +356,20 @@ class call_check {
     } const mark{watch_.get()};
     if (watch_) watch_->waiting(what_, seq_ - 1, from);
     for (;;) {
-      b.irecv(&received_[k], sizeof(agreement), from, tag_agree).wait(until);
-      const agreement& in = received_[k];
+      b.irecv(received_.message(k), received_.bytes(k), from, tag_agree).wait(until);
+      const agreement in = received_.get(k);
       if (!is_left(in.lo)) {
         sources_[k] = in.sender;
         return false;
       }
       if (sources_[k] != 0 && in.sender == sources_[k]) return true;
     }
+  }
+
+  // The bytes each rank's contribution takes in this communicator's agreement messages, 0 where
+  // they carry none (check/carried.hpp): the same on every rank of a world of p.
+  static std::size_t slot(int p) noexcept {
+    return may_carry<B> && p <= carried_ranks ? carried_bytes_of<B>::value : 0;
   }
 
   static std::uint64_t new_nonce() {
@@ -362,8 +384,9 @@ class call_check {
   std::uint64_t seq_ = 0;
   bool peer_left_ = false;
   std::uint64_t nonce_ = new_nonce();
-  std::vector<agreement> sent_;  // kept between calls: no allocation once warm
-  std::vector<agreement> received_;
+  exchange_messages sent_;  // each round's message: kept between calls
+  exchange_messages received_;
+  contributions known_;                 // a carried allreduce's
   std::vector<std::uint64_t> sources_;  // the nonce of each round's source, once known
   std::shared_ptr<stall_watch> watch_;  // DISTCOMM_STALL_WARNING, else null
   deferred_agreement deferred_;         // the backend carries it (defers_agreement)

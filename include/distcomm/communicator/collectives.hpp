@@ -37,12 +37,16 @@ class collectives {
     check_view("allreduce output", out);
     check_op(op);
     check_pair("allreduce", in, out, in.count, in.count);
-    return make_call("allreduce", fingerprint(check::call_kind::allreduce, in.count, in.type, op),
-                     [in, out, op](State& s, deadline until) {
-                       if (in.count == 0) return;
-                       s.strategy.allreduce(s.backend, in.data, out.data, in.count, in.type, op,
-                                            until);
-                     });
+    if constexpr (refuses_allreduce<decltype(s_.strategy), typename State::backend_type>::value) {
+      s_.strategy.template refuse_allreduce<typename State::backend_type>();
+    }
+    return make_call(
+        "allreduce", fingerprint(check::call_kind::allreduce, in.count, in.type, op),
+        [in, out, op](State& s, deadline until) {
+          if (in.count == 0) return;
+          s.strategy.allreduce(s.backend, in.data, out.data, in.count, in.type, op, until);
+        },
+        check::carried_allreduce{in.data, out.data, in.count, in.type, op});
   }
 
   // A queued call copies the views: the caller's list may go before it runs.

@@ -26,15 +26,19 @@ namespace distcomm::detail {
 
 // One call, validated: its name, its fingerprint and what it does, body(state, until). A body
 // that posts messages (point-to-point) returns their requests instead of waiting for them.
+// An allreduce also names its data, which the agreement carries where it is small
+// (check/carried.hpp): the body then does not run.
 template <class Body>
 struct call {
   const char* what;
   check::call_fingerprint fp;
   Body body;
+  check::carried_allreduce carried{};
 };
 template <class Body>
-call<Body> make_call(const char* what, const check::call_fingerprint& fp, Body body) {
-  return {what, fp, std::move(body)};
+call<Body> make_call(const char* what, const check::call_fingerprint& fp, Body body,
+                     check::carried_allreduce carried = {}) {
+  return {what, fp, std::move(body), carried};
 }
 
 template <class State>
@@ -53,7 +57,7 @@ struct pipeline {
       };
       s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, body, {}); });
     } else {
-      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, {}); });  // posted: started
+      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, {}, &c.carried); });
     }
   }
 
@@ -90,7 +94,7 @@ struct pipeline {
           });
     } else {
       return s.progress.post([&s, c = std::move(c), posted = posted_now(s)]() mutable {
-        guarded(s, c.what, c.fp, c.body, posted);
+        guarded(s, c.what, c.fp, c.body, posted, &c.carried);
       });
     }
   }
@@ -133,16 +137,18 @@ struct pipeline {
   // agreement finds leaves the communicator usable: no data moved, and every rank raised the same
   // error after the same exchange, so the next call pairs up as usual. Any other failure (and a
   // peer that left) makes it unusable.
+  // A blocking call's `posted` is its start (no clock reading).
   template <class Body>
   static void guarded(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
-                      trace::flight_recorder::time_point posted) {
+                      trace::flight_recorder::time_point posted,
+                      check::carried_allreduce* carried = nullptr) {
     refuse_after_failure(s, what);
     const deadline started = clock::now();  // the deadline's and the recorder's
     const deadline until = deadline_after(started, s.cfg.timeout);
     const span_on_exit traced{s, what, fp};
     // Through one function that is not a template (the recorder's), so that each collective's
     // code is compiled once.
-    auto run = [&] { checked(s, what, fp, body, until); };
+    auto run = [&] { checked(s, what, fp, body, until, carried); };
     const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
     trace::flight_recorder::record(
         collective ? s.recorder.get() : nullptr, s.check.calls(), what, fp, posted, started,
@@ -157,10 +163,11 @@ struct pipeline {
   // guarded()'s agreement and body.
   template <class Body>
   static void checked(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
-                      deadline until) {
+                      deadline until, check::carried_allreduce* carried) {
     try {
       if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
-        s.check.agree(s.backend, fp, what, until);
+        s.check.agree(s.backend, fp, what, until, carried && carried->count ? carried : nullptr);
+        if (carried && carried->done) return;
       }
     } catch (const mismatch_error& e) {
       // A departure: unusable from now on, but nothing to abort. The ranks still here learn it

@@ -59,6 +59,16 @@ std::string strategy_identity(const S& s) {
     return strategy_name<S>::value;
   }
 }
+// `template <class B> void refuse_allreduce() const`: the strategy refuses some allreduces by
+// its settings alone (strategy::native in deterministic mode), before anything moves, also where
+// the call check carries the allreduce and the strategy's body does not run.
+template <class S, class B, class = void>
+struct refuses_allreduce : std::false_type {};
+template <class S, class B>
+struct refuses_allreduce<
+    S, B, std::void_t<decltype(std::declval<const S&>().template refuse_allreduce<B>())>>
+    : std::true_type {};
+
 template <class S, class = void>
 struct has_backend_name : std::false_type {};
 template <class S>

@@ -25,6 +25,14 @@ class native {
   template <class B>
   void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
                  deadline until) {
+    refuse_allreduce<B>();
+    b.native_allreduce(in, out, count, t, op, until);
+  }
+
+  // Deterministic mode on a backend whose reduction is not a rank-order fold: refused before
+  // anything moves (the communicator asks before the call check).
+  template <class B>
+  void refuse_allreduce() const {
     static_assert(has_native_allreduce_v<B>,
                   "strategy::native needs a backend with its own allreduce; this backend has "
                   "none: use strategy::ring, tree, parameter_server or automatic");
@@ -34,7 +42,6 @@ class native {
                                    "cannot be honoured; use ring, tree, parameter_server or "
                                    "automatic");
     }
-    b.native_allreduce(in, out, count, t, op, until);
   }
 
   template <class B>

@@ -1,0 +1,144 @@
+// A small allreduce carried by the call check's own exchange (check/agree.hpp). The agreement's
+// dissemination exchange already costs one message latency per round; an allreduce of a few
+// hundred bytes costs the same again. Carried, each message of the exchange holds, behind the
+// agreement, the contributions its sender knows (round k: those of the 2^k ranks ending at the
+// sender), so after the last round every rank has every rank's contribution and folds them in
+// rank order: the check and the data in one exchange, and the same bits on every rank (the order
+// of DISTCOMM_DETERMINISTIC). Nothing is written to the caller's output before every rank's
+// fingerprint is known to agree.
+//
+// So that a rank in a carried allreduce and a rank in any other collective still pair up (and
+// raise the same mismatch_error), every agreement message of a communicator that may carry has
+// the carried size of its round, data or not: the size depends on the world size alone.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "distcomm/backend.hpp"
+#include "distcomm/check/fingerprint.hpp"
+#include "distcomm/core/dtype.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/core/reduce_op.hpp"
+
+namespace distcomm::check {
+
+// The largest allreduce carried, in bytes, and the largest world that carries: a round-k message
+// grows by min(2^k, p) slots of that size, paid by every agreement of such a world. A backend
+// whose messages cost by their size at these sizes declares its own, `static constexpr
+// std::size_t carried_bytes` (mpi: 64). The default suits transports whose latency dwarfs a few
+// KiB (TCP, UCX on loopback: 29 µs at 8 B and at 4 KiB alike on this machine kind, 2026-11-28).
+inline constexpr std::size_t default_carried_bytes = 4096;
+inline constexpr int carried_ranks = 8;
+template <class B, class = void>
+struct carried_bytes_of : std::integral_constant<std::size_t, default_carried_bytes> {};
+template <class B>
+struct carried_bytes_of<B, std::void_t<decltype(B::carried_bytes)>>
+    : std::integral_constant<std::size_t, B::carried_bytes> {};
+
+// The allreduce a call hands to call_check::agree(); `done` says the exchange carried it and
+// `out` holds the result.
+struct carried_allreduce {
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+  dtype type = dtype::f32;
+  reduce_op op = reduce_op::sum;
+  bool done = false;
+
+  std::size_t bytes() const noexcept { return count * dtype_size(type); }
+  bool fits(std::size_t limit) const noexcept { return count != 0 && bytes() <= limit; }
+};
+
+// Whether backend B's agreement messages carry: host memory only (a device backend's data is not
+// on the host to copy into a message).
+template <class B>
+inline constexpr bool may_carry = !distcomm::detail::moves_device_memory<B>::value;
+
+// The slots of round k's message in a world of p ranks that carries.
+inline std::size_t carried_slots(int p, std::size_t k) noexcept {
+  return std::min<std::size_t>(std::size_t{1} << k, static_cast<std::size_t>(p));
+}
+
+// The messages of one side of an exchange (sent or received), one per round, laid out for a world
+// of p ranks: the agreement, then the carried payload where the world carries. Nothing is
+// allocated once laid out.
+class exchange_messages {
+ public:
+  // Returns the number of rounds; `slot` is the carried bytes per contribution, 0 where the world
+  // does not carry.
+  std::size_t layout(int p, std::size_t slot) {
+    std::size_t rounds = 0;
+    for (int d = 1; d < p; d *= 2) ++rounds;
+    if (p == p_) return rounds;
+    p_ = p;
+    offsets_.assign(rounds + 1, 0);
+    for (std::size_t k = 0; k < rounds; ++k) {
+      const std::size_t n = sizeof(agreement) + carried_slots(p, k) * slot;
+      offsets_[k + 1] = offsets_[k] + (n + 15) / 16 * 16;
+    }
+    bytes_.assign(offsets_.back(), 0);
+    return rounds;
+  }
+  unsigned char* message(std::size_t k) noexcept { return &bytes_[offsets_[k]]; }
+  unsigned char* payload(std::size_t k) noexcept { return message(k) + sizeof(agreement); }
+  std::size_t bytes(std::size_t k) const noexcept { return offsets_[k + 1] - offsets_[k]; }
+  void put(std::size_t k, const agreement& a) noexcept { std::memcpy(message(k), &a, sizeof a); }
+  agreement get(std::size_t k) noexcept {
+    agreement a;
+    std::memcpy(&a, message(k), sizeof a);
+    return a;
+  }
+
+ private:
+  int p_ = 0;
+  std::vector<std::size_t> offsets_;
+  std::vector<unsigned char> bytes_;
+};
+
+// The contributions an exchange has seen so far, by rank: pointers into its own messages.
+class contributions {
+ public:
+  // Starts an exchange of rank r of p: its own contribution goes into slot 0 of its round-0
+  // payload, where the fold reads it (the caller's output may be its input).
+  void start(int p, int r, std::size_t slot, const void* in, unsigned char* payload0,
+             std::size_t bytes) noexcept {
+    p_ = p;
+    slot_ = slot;
+    std::fill(known_, known_ + carried_ranks, nullptr);
+    std::memcpy(payload0, in, bytes);
+    known_[r] = payload0;
+  }
+  // A round's payload, from `sender`: slot j holds rank sender - j's contribution.
+  void learn(const unsigned char* payload, int sender, std::size_t k) noexcept {
+    for (std::size_t j = 0; j < carried_slots(p_, k); ++j) {
+      const int q = ((sender - static_cast<int>(j)) % p_ + p_) % p_;
+      if (!known_[q]) known_[q] = payload + j * slot_;
+    }
+  }
+  // Fills round k's payload of rank r: the contributions of ranks r, r - 1, ..., which it knows.
+  void fill(unsigned char* payload, int r, std::size_t k, std::size_t bytes) const noexcept {
+    for (std::size_t j = 0; j < carried_slots(p_, k); ++j) {
+      const int q = ((r - static_cast<int>(j)) % p_ + p_) % p_;
+      if (known_[q] && known_[q] != payload + j * slot_) {
+        std::memcpy(payload + j * slot_, known_[q], bytes);
+      }
+    }
+  }
+  // out = c[0] (op) c[1] (op) ... in rank order, then avg's division.
+  void fold(const carried_allreduce& a) const {
+    combine(a.out, known_[0], known_[1], a.count, a.type, a.op);
+    for (int q = 2; q < p_; ++q) combine(a.out, a.out, known_[q], a.count, a.type, a.op);
+    if (a.op == reduce_op::avg) divide(a.out, a.out, a.count, a.type, static_cast<std::size_t>(p_));
+  }
+
+ private:
+  int p_ = 0;
+  std::size_t slot_ = 0;
+  const unsigned char* known_[carried_ranks] = {};
+};
+
+}  // namespace distcomm::check

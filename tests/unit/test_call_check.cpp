@@ -1,0 +1,142 @@
+// The call check's carried allreduce (check/carried.hpp): a small allreduce rides in the
+// agreement's own messages at every world size that carries, with the rank-order fold's bits on
+// every rank, the strategy's body not run; above the carried size, or in a larger world, the
+// strategy runs as before.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "distcomm/backends/local.hpp"
+#include "distcomm/communicator.hpp"
+#include "distcomm/core/reduce.hpp"
+#include "distcomm/strategy/ring.hpp"
+
+namespace dc = distcomm;
+
+namespace {
+
+// strategy::ring, counting the allreduces its body runs.
+std::atomic<int> bodies{0};
+struct counting_ring : dc::strategy::ring {
+  using ring::ring;
+  template <class B>
+  void allreduce(B& b, const void* in, void* out, std::size_t count, dc::dtype t, dc::reduce_op op,
+                 dc::deadline until) {
+    ++bodies;
+    ring::allreduce(b, in, out, count, t, op, until);
+  }
+};
+
+// Rank r's contribution: element i of a buffer of `bytes`, distinct per rank and element.
+std::vector<unsigned char> contribution(int r, std::size_t bytes, dc::dtype t) {
+  std::vector<unsigned char> v(bytes);
+  const std::size_t n = bytes / dc::dtype_size(t);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = 1.0 + 0.37 * r + 0.011 * static_cast<double>(i);
+    unsigned char* at = v.data() + i * dc::dtype_size(t);
+    if (t == dc::dtype::f32) {
+      const float f = static_cast<float>(x);
+      std::memcpy(at, &f, sizeof f);
+    } else if (t == dc::dtype::f64) {
+      std::memcpy(at, &x, sizeof x);
+    } else {
+      const std::int32_t k = r * 1000 + static_cast<std::int32_t>(i) - 7;
+      std::memcpy(at, &k, sizeof k);
+    }
+  }
+  return v;
+}
+
+// The rank-order fold of every rank's contribution.
+std::vector<unsigned char> folded(int p, std::size_t count, dc::dtype t, dc::reduce_op op) {
+  const std::size_t bytes = count * dc::dtype_size(t);
+  std::vector<unsigned char> acc = contribution(0, bytes, t);
+  for (int q = 1; q < p; ++q) {
+    const auto c = contribution(q, bytes, t);
+    dc::combine(acc.data(), acc.data(), c.data(), count, t, op);
+  }
+  if (op == dc::reduce_op::avg) dc::divide(acc.data(), acc.data(), count, t, p);
+  return acc;
+}
+
+dc::config checked_config() {
+  dc::config c;
+  c.timeout = std::chrono::seconds(60);
+  c.mismatch_check = true;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("carried allreduce: the rank-order fold on every rank, at every world size") {
+  const dc::dtype types[] = {dc::dtype::f32, dc::dtype::f64, dc::dtype::i32};
+  const dc::reduce_op ops[] = {dc::reduce_op::sum, dc::reduce_op::avg, dc::reduce_op::max,
+                               dc::reduce_op::prod};
+  for (int p = 2; p <= dc::check::carried_ranks + 1; ++p) {
+    CAPTURE(p);
+    const bool carries = p <= dc::check::carried_ranks;
+    dc::local_world world(p);
+    std::atomic<int> wrong{0};
+    bodies = 0;
+    int calls = 0;
+    for (dc::dtype t : types) {
+      for (dc::reduce_op op : ops) {
+        if (op == dc::reduce_op::avg && t == dc::dtype::i32) continue;
+        const std::size_t largest =
+            dc::check::carried_bytes_of<dc::local_backend>::value / dc::dtype_size(t);
+        for (std::size_t count : {std::size_t{1}, std::size_t{3}, largest}) calls += count != 0;
+      }
+    }
+    world.run([&](dc::local_backend b) {
+      dc::communicator<dc::local_backend, counting_ring> comm(std::move(b), checked_config());
+      const int r = comm.rank();
+      for (dc::dtype t : types) {
+        for (dc::reduce_op op : ops) {
+          if (op == dc::reduce_op::avg && t == dc::dtype::i32) continue;
+          const std::size_t largest =
+              dc::check::carried_bytes_of<dc::local_backend>::value / dc::dtype_size(t);
+          for (std::size_t count : {std::size_t{1}, std::size_t{3}, largest}) {
+            const std::size_t bytes = count * dc::dtype_size(t);
+            const auto want = folded(p, count, t, op);
+            auto in = contribution(r, bytes, t);
+            std::vector<unsigned char> out(bytes, 0xee);
+            comm.allreduce(dc::tensor_view{in.data(), count, t},
+                           dc::tensor_view{out.data(), count, t}, op);
+            comm.allreduce(dc::tensor_view{in.data(), count, t}, op);  // in place
+            // The ring adds in another order: its floats are only close to the fold's.
+            const bool exact = carries || t == dc::dtype::i32;
+            if (exact && (out != want || in != want)) ++wrong;
+          }
+        }
+      }
+      // One element above the carried size: the strategy's body runs.
+      std::vector<std::int32_t> big(
+          dc::check::carried_bytes_of<dc::local_backend>::value / sizeof(std::int32_t) + 1, r + 1);
+      comm.allreduce(dc::view(big));
+      for (std::int32_t x : big) {
+        if (x != p * (p + 1) / 2) ++wrong;
+      }
+    });
+    CHECK(wrong == 0);
+    // Every rank ran the ring for the large call; the small ones (two per case) only where the
+    // world carries.
+    CHECK(bodies == p * (1 + (carries ? 0 : 2 * calls)));
+  }
+}
+
+TEST_CASE("carried allreduce: off with the check, the strategy's body runs") {
+  dc::local_world world(2);
+  bodies = 0;
+  world.run([&](dc::local_backend b) {
+    dc::config c = checked_config();
+    c.mismatch_check = false;
+    dc::communicator<dc::local_backend, counting_ring> comm(std::move(b), c);
+    float x = 1.0f;
+    comm.allreduce(dc::view(&x, 1));
+    CHECK(x == 2.0f);
+  });
+  CHECK(bodies == 2);
+}
