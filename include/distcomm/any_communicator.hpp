@@ -49,6 +49,9 @@ class any_communicator {
   const char* strategy_name() const { return get().strategy_name(); }
   const config& settings() const { return get().settings(); }
   std::uint64_t calls() const { return get().calls(); }
+  // As communicator::agreements() and next_call_agreed().
+  std::uint64_t agreements() const { return get().agreements(); }
+  void next_call_agreed() { get().next_call_agreed(); }
   // The memory its backend moves: host, or cuda (nccl).
   memory_kind memory() const { return get().memory(); }
 
@@ -94,6 +97,8 @@ class any_communicator {
     virtual const char* strategy_name() const = 0;
     virtual const config& settings() const = 0;
     virtual std::uint64_t calls() const = 0;
+    virtual std::uint64_t agreements() const = 0;
+    virtual void next_call_agreed() = 0;
     virtual memory_kind memory() const = 0;
 #define DISTCOMM_ANY_VIRTUAL(name, parameters, arguments) \
   virtual void name parameters = 0;                       \
@@ -128,6 +133,8 @@ class any_communicator {
     const char* strategy_name() const override { return comm.strategy_name(); }
     const config& settings() const override { return comm.settings(); }
     std::uint64_t calls() const override { return comm.calls(); }
+    std::uint64_t agreements() const override { return comm.agreements(); }
+    void next_call_agreed() override { comm.next_call_agreed(); }
     memory_kind memory() const override {
       return detail::moves_device_memory<typename Comm::backend_type>::value ? memory_kind::cuda
                                                                              : memory_kind::host;

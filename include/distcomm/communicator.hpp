@@ -103,9 +103,15 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
 
   // The collectives and point-to-point messages, each blocking and non-blocking (i...):
   // communicator/list.hpp says what each does.
-#define DISTCOMM_TYPED_CALL(name, parameters, arguments) \
-  void name parameters { run(build().name arguments); }  \
-  work i##name parameters { return post(build(true).name arguments); }
+#define DISTCOMM_TYPED_CALL(name, parameters, arguments)                   \
+  void name parameters {                                                   \
+    const bool agreed = take_agreed();                                     \
+    run(build().name arguments, agreed);                                   \
+  }                                                                        \
+  work i##name parameters {                                                \
+    const bool agreed = take_agreed();                                     \
+    return post(build(true).name arguments, agreed);                       \
+  }
 #define DISTCOMM_TYPED_FORM(name, parameters, arguments) \
   void name parameters { name arguments; }               \
   work i##name parameters { return i##name arguments; }
@@ -125,6 +131,19 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
 
   // Collectives started on this communicator so far (the sequence number of the next one).
   std::uint64_t calls() const noexcept { return s_ ? s_->check.calls() : 0; }
+  // Agreements on a call's fingerprint this communicator exchanged so far (check/agree.hpp).
+  std::uint64_t agreements() const noexcept { return s_ ? s_->check.agreements() : 0; }
+
+  // The caller has made sure, on every rank alike, that the next collective it starts on this
+  // communicator is the same call with the same arguments on every rank: that collective runs
+  // without an agreement of its own. The engine does so for the collectives its negotiation
+  // (itself a collective of this communicator, agreed with the settings) has planned alike on
+  // every rank: one agreement per cycle. Every rank calls it before the same collective; a
+  // program that cannot promise that must not call it (without an agreement, ranks in different
+  // calls fail at the deadline or worse).
+  void next_call_agreed() noexcept {
+    if (s_) s_->next_agreed = true;
+  }
 
   // Whether retune() can change this communicator's settings: its strategy and fusion policy can
   // be made anew (cuda::fusion, which holds device memory, cannot).
@@ -200,12 +219,17 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
   detail::collectives<state> build(bool queued = false) const {
     return detail::collectives<state>(get(), queued);
   }
+  // next_call_agreed()'s promise, taken by the call it was made for (also when that call is
+  // refused before it runs).
+  bool take_agreed() noexcept { return s_ && std::exchange(s_->next_agreed, false); }
   template <class Body>
-  void run(detail::call<Body> c) {
+  void run(detail::call<Body> c, bool agreed) {
+    c.agreed = agreed;
     detail::pipeline<state>::run(get(c.what), std::move(c));
   }
   template <class Body>
-  work post(detail::call<Body> c) {
+  work post(detail::call<Body> c, bool agreed) {
+    c.agreed = agreed;
     return detail::pipeline<state>::post(get(c.what), std::move(c));
   }
 

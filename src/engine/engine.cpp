@@ -507,6 +507,15 @@ struct engine::impl {
     return true;
   }
 
+  // The batch's collective was agreed by this cycle's negotiation: every rank runs it from the
+  // same plan, over tensors whose name, dtype, count, op and root the negotiation matched (the
+  // response cache), and the negotiation's own agreement covered the communicator's settings
+  // when it ran over the same communicator. Over a control communicator of its own, the data
+  // communicator's settings were not part of it: its collectives keep their agreement.
+  void agreed_by_negotiation() {
+    if (&comm == &control) comm.next_call_agreed();
+  }
+
   template <class Items>
   bool run_batch(Items& items, std::size_t k, std::size_t end, const plan& pl, std::size_t active,
                  trace::timeline::time_point queued_until) {
@@ -531,6 +540,7 @@ struct engine::impl {
             views.push_back(items[i].data);
             bytes += items[i].data.bytes();
           }
+          agreed_by_negotiation();
           comm.allreduce(span<const tensor_view>(views.data(), views.size()), op);
           if (divide_here) {
             for (std::size_t i = k; i < end; ++i) {
@@ -542,10 +552,12 @@ struct engine::impl {
         }
         case tensor_kind::broadcast:
           bytes = items[k].data.bytes();
+          agreed_by_negotiation();
           comm.broadcast(items[k].data, first.root);
           break;
         case tensor_kind::allgather:
           bytes = items[k].data.bytes();
+          agreed_by_negotiation();
           comm.allgather(items[k].data, items[k].own->out);
           break;
       }

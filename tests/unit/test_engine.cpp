@@ -297,6 +297,70 @@ TEST_CASE("engine: tensors over one communicator, the agreement over another") {
   });
 }
 
+TEST_CASE("engine: one agreement per cycle, the negotiation's; the batches run on it") {
+  local_world world(3);
+  world.run([&](local_backend b) {
+    config c;
+    c.timeout = 30s;
+    c.mismatch_check = true;
+    const int r = b.rank();
+    any_communicator comm(communicator<local_backend, strategy::ring>(std::move(b), c));
+    engine eng(comm);
+    std::vector<std::vector<float>> grads(8, std::vector<float>(50));
+    std::vector<double> bias(3);
+    const auto step = [&] {
+      std::vector<work> ws;
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        std::fill(grads[i].begin(), grads[i].end(), static_cast<float>(r + 1));
+        ws.push_back(eng.allreduce_async("g" + std::to_string(i), view(grads[i]), reduce_op::sum));
+      }
+      std::fill(bias.begin(), bias.end(), r == 0 ? 7.0 : 0.0);
+      ws.push_back(eng.broadcast_async("bias", view(bias), 0));
+      for (auto& w : ws) w.wait();
+    };
+    step();  // the first step's names go through a full exchange
+    const auto before = eng.stats();
+    const std::uint64_t agreed_before = comm.agreements();
+    for (int s = 0; s < 20; ++s) step();
+    const auto after = eng.stats();
+    const std::uint64_t cycles = after.cycles - before.cycles;
+    const std::uint64_t full = after.full_cycles - before.full_cycles;
+    const std::uint64_t collectives = after.collectives - before.collectives;
+    CAPTURE(cycles);
+    CAPTURE(full);
+    CAPTURE(collectives);
+    CHECK(collectives >= 40);  // at least a grouped allreduce and a broadcast per step
+    // Each cycle's negotiation is one collective with its agreement; a full exchange adds two
+    // (the sizes and the reports); the planned collectives add none.
+    CHECK(comm.agreements() - agreed_before == cycles + 2 * full);
+    CHECK(grads[7][49] == 6.0f);
+    CHECK(bias[2] == 7.0);
+  });
+}
+
+TEST_CASE("communicator: next_call_agreed() skips the next collective's agreement only") {
+  local_world world(2);
+  world.run([&](local_backend b) {
+    config c;
+    c.timeout = 30s;
+    c.mismatch_check = true;
+    communicator<local_backend, strategy::ring> comm(std::move(b), c);
+    std::vector<float> v(4, 1.0f);
+    comm.allreduce(view(v));
+    CHECK(comm.agreements() == 1);
+    comm.next_call_agreed();
+    comm.allreduce(view(v));
+    CHECK(comm.agreements() == 1);
+    CHECK(comm.calls() == 2);
+    // A promise taken by a call refused before it ran is gone with it.
+    comm.next_call_agreed();
+    CHECK_THROWS_AS(comm.allreduce(tensor_view{nullptr, 4, dtype::f32}), invalid_argument_error);
+    comm.allreduce(view(v));
+    CHECK(comm.agreements() == 2);
+    CHECK(v[0] == 8.0f);
+  });
+}
+
 TEST_CASE("engine: shrink after a lost rank: the survivors go on over their own communicator") {
   local_world world(4);
   std::vector<std::string> lost(4), after(4);

@@ -29,6 +29,7 @@
 #include "distcomm/backend.hpp"
 #include "distcomm/check/carried.hpp"
 #include "distcomm/check/fingerprint.hpp"
+#include "distcomm/check/hooks.hpp"
 #include "distcomm/check/stall.hpp"
 #include "distcomm/core/error.hpp"
 
@@ -37,36 +38,6 @@ namespace distcomm::check {
 // Apart from the strategies' tags (strategy/detail.hpp), below MPI's guaranteed MPI_TAG_UB.
 inline constexpr tag_t tag_agree = 31;
 
-namespace detail {
-// B::request, or a placeholder for a type that only names itself a backend (tests that look at a
-// communicator's static members): the members below must not need more than that.
-template <class B, class = void>
-struct request_of {
-  struct none {};
-  using type = none;
-};
-template <class B>
-struct request_of<B, std::void_t<typename B::request>> {
-  using type = typename B::request;
-};
-// `void native_agree(agreement& state, const char* what, deadline until)` and
-// `void native_leave(const agreement& notice) noexcept`: the backend agrees through memory every
-// rank maps (shm), every rank's fingerprints merged into `state` in one step.
-template <class, class = void>
-struct has_native_agree : std::false_type {};
-template <class B>
-struct has_native_agree<B,
-                        std::void_t<decltype(std::declval<B&>().native_agree(
-                            std::declval<agreement&>(), std::declval<const char*>(), deadline{}))>>
-    : std::true_type {};
-// `void defer_agreement(deferred_agreement* d) noexcept`: the backend carries the agreement in
-// its next operation's first exchange (deferred_agreement, check/fingerprint.hpp).
-template <class, class = void>
-struct defers_agreement : std::false_type {};
-template <class B>
-struct defers_agreement<B, std::void_t<decltype(std::declval<B&>().defer_agreement(
-                               static_cast<deferred_agreement*>(nullptr)))>> : std::true_type {};
-}  // namespace detail
 
 template <class B>
 class call_check {
@@ -78,6 +49,7 @@ class call_check {
       : enabled_(std::exchange(o.enabled_, false)),
         settings_(o.settings_),
         seq_(o.seq_),
+        agreements_(o.agreements_),
         peer_left_(o.peer_left_),
         nonce_(o.nonce_),
         sent_(std::move(o.sent_)),
@@ -89,6 +61,7 @@ class call_check {
       enabled_ = std::exchange(o.enabled_, false);
       settings_ = o.settings_;
       seq_ = o.seq_;
+      agreements_ = o.agreements_;
       peer_left_ = o.peer_left_;
       nonce_ = o.nonce_;
       sent_ = std::move(o.sent_);
@@ -113,6 +86,8 @@ class call_check {
   void retune(const call_settings& s) noexcept { settings_ = s; }
   // Collectives started so far on this communicator.
   std::uint64_t calls() const noexcept { return seq_; }
+  // Agreements exchanged so far.
+  std::uint64_t agreements() const noexcept { return agreements_; }
   // True when the last agree() failed because a peer's communicator was destroyed.
   bool peer_left() const noexcept { return peer_left_; }
 
@@ -132,6 +107,7 @@ class call_check {
     deferred_.pending = deferred_.exchanged = false;
     const int p = b.size();
     if (!exchanges(p)) return false;
+    ++agreements_;
     if constexpr (detail::defers_agreement<B>::value) {
       deferred_.state.lo = deferred_.state.hi = deferred_.mine = mine;
       deferred_.state.sender = nonce_;
@@ -229,6 +205,13 @@ class call_check {
       data->done = true;
     }
     return true;
+  }
+
+  // A collective whose caller established the agreement already (communicator::
+  // next_call_agreed()): it takes its sequence number, and nothing is exchanged.
+  void skip() noexcept {
+    ++seq_;
+    deferred_.pending = deferred_.exchanged = false;
   }
 
   // After the collective's body returned: a deferred agreement the body did not exchange (it
@@ -382,6 +365,7 @@ class call_check {
   bool enabled_ = false;
   call_settings settings_;
   std::uint64_t seq_ = 0;
+  std::uint64_t agreements_ = 0;
   bool peer_left_ = false;
   std::uint64_t nonce_ = new_nonce();
   exchange_messages sent_;  // each round's message: kept between calls

@@ -34,6 +34,7 @@ struct call {
   check::call_fingerprint fp;
   Body body;
   check::carried_allreduce carried{};
+  bool agreed = false;  // communicator::next_call_agreed(): no agreement of its own
 };
 template <class Body>
 call<Body> make_call(const char* what, const check::call_fingerprint& fp, Body body,
@@ -55,9 +56,9 @@ struct pipeline {
       auto body = [&](State& st, deadline until) {
         for (auto& r : c.body(st, until)) r.wait(until);
       };
-      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, body, {}); });
+      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, body, {}, nullptr, c.agreed); });
     } else {
-      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, {}, &c.carried); });
+      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, {}, &c.carried, c.agreed); });
     }
   }
 
@@ -76,7 +77,7 @@ struct pipeline {
               until = u;
               *posted = c.body(st, u);
             };
-            guarded(s, c.what, c.fp, post, posted_at);
+            guarded(s, c.what, c.fp, post, posted_at, nullptr, c.agreed);
             if (posted->empty()) return {};
             return [&s, what = c.what, posted, until]() -> bool {
               try {
@@ -94,7 +95,7 @@ struct pipeline {
           });
     } else {
       return s.progress.post([&s, c = std::move(c), posted = posted_now(s)]() mutable {
-        guarded(s, c.what, c.fp, c.body, posted, &c.carried);
+        guarded(s, c.what, c.fp, c.body, posted, &c.carried, c.agreed);
       });
     }
   }
@@ -140,15 +141,15 @@ struct pipeline {
   // A blocking call's `posted` is its start (no clock reading).
   template <class Body>
   static void guarded(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
-                      trace::flight_recorder::time_point posted,
-                      check::carried_allreduce* carried = nullptr) {
+                      trace::flight_recorder::time_point posted, check::carried_allreduce* carried,
+                      bool agreed) {
     refuse_after_failure(s, what);
     const deadline started = clock::now();  // the deadline's and the recorder's
     const deadline until = deadline_after(started, s.cfg.timeout);
     const span_on_exit traced{s, what, fp};
     // Through one function that is not a template (the recorder's), so that each collective's
     // code is compiled once.
-    auto run = [&] { checked(s, what, fp, body, until, carried); };
+    auto run = [&] { checked(s, what, fp, body, until, agreed ? nullptr : carried, agreed); };
     const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
     trace::flight_recorder::record(
         collective ? s.recorder.get() : nullptr, s.check.calls(), what, fp, posted, started,
@@ -163,9 +164,11 @@ struct pipeline {
   // guarded()'s agreement and body.
   template <class Body>
   static void checked(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
-                      deadline until, check::carried_allreduce* carried) {
+                      deadline until, check::carried_allreduce* carried, bool agreed) {
     try {
-      if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
+      if (agreed) {
+        s.check.skip();
+      } else if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
         s.check.agree(s.backend, fp, what, until, carried && carried->count ? carried : nullptr);
         if (carried && carried->done) return;
       }

@@ -81,6 +81,7 @@ struct communicator_state {
   int track = 0;
   std::uint64_t splits = 0;             // sub-communicators made so far: their names
   std::uint64_t shrinks = 0;            // shrink() calls so far: their keys in the store
+  bool next_agreed = false;             // next_call_agreed(), on the caller's thread
   distcomm::detail::progress progress;  // last: stopped (queue run) before the rest goes
 };
 
