@@ -127,6 +127,57 @@ TEST_CASE("carried allreduce: the rank-order fold on every rank, at every world 
   }
 }
 
+TEST_CASE(
+    "carried allgather, alltoall and broadcast: every world size, with and without carrying") {
+  for (int p = 2; p <= dc::check::carried_ranks + 1; ++p) {
+    CAPTURE(p);
+    dc::local_world world(p);
+    std::atomic<int> wrong{0};
+    world.run([&](dc::local_backend b) {
+      dc::communicator<dc::local_backend, dc::strategy::ring> comm(std::move(b), checked_config());
+      const int r = comm.rank();
+      const auto n = static_cast<std::size_t>(p);
+      const std::size_t slot = dc::check::carried_bytes_of<dc::local_backend>::value;
+      // Sizes that carry (a whole contribution within the slot) and one that does not.
+      for (std::size_t count : {std::size_t{1}, slot / sizeof(std::int32_t) / n, slot}) {
+        if (count == 0) continue;
+        // allgather: block q from rank q.
+        std::vector<std::int32_t> in(count), out(count * n, -1);
+        for (std::size_t i = 0; i < count; ++i) in[i] = r * 100000 + static_cast<int>(i);
+        comm.allgather(dc::view(in), dc::view(out));
+        for (std::size_t q = 0; q < n; ++q) {
+          for (std::size_t i = 0; i < count; ++i) {
+            if (out[q * count + i] != static_cast<int>(q) * 100000 + static_cast<int>(i)) ++wrong;
+          }
+        }
+        // alltoall: element i of rank q's block for r.
+        std::vector<std::int32_t> send(count * n), recv(count * n, -1);
+        for (std::size_t q = 0; q < n; ++q) {
+          for (std::size_t i = 0; i < count; ++i) {
+            send[q * count + i] = r * 1000000 + static_cast<int>(q) * 1000 + static_cast<int>(i);
+          }
+        }
+        comm.alltoall(dc::view(send), dc::view(recv));
+        for (std::size_t q = 0; q < n; ++q) {
+          for (std::size_t i = 0; i < count; ++i) {
+            if (recv[q * count + i] !=
+                static_cast<int>(q) * 1000000 + r * 1000 + static_cast<int>(i)) {
+              ++wrong;
+            }
+          }
+        }
+        // broadcast from the last rank.
+        std::vector<std::int32_t> data(count, r);
+        comm.broadcast(dc::view(data), p - 1);
+        for (std::int32_t x : data) {
+          if (x != p - 1) ++wrong;
+        }
+      }
+    });
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("carried allreduce: off with the check, the strategy's body runs") {
   dc::local_world world(2);
   bodies = 0;

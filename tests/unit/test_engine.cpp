@@ -291,8 +291,8 @@ TEST_CASE("engine: tensors over one communicator, the agreement over another") {
     std::vector<double> v(100, static_cast<double>(r + 1));
     eng.allreduce_async("v", view(v), reduce_op::sum).wait();
     CHECK(v[99] == 6.0);
-    CHECK(data.calls() > 0);     // the tensor went over data
-    CHECK(control.calls() > 0);  // the agreement over control
+    CHECK(data.calls() > 0);                                // the tensor went over data
+    CHECK(control.calls() > 0);                             // the agreement over control
     CHECK_THROWS_AS(eng.shrink(), invalid_argument_error);  // shrink both, make a new engine
   });
 }

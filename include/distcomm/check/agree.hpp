@@ -3,7 +3,7 @@
 // what it knows to r + 2^k and hears from r - 2^k) leaves every rank with the same extremes of all
 // fingerprints, so either every rank goes on or every rank raises the same mismatch_error. The
 // exchange is itself a barrier. On host memory, in worlds of up to 8 ranks, its messages also
-// carry small allreduces (check/carried.hpp): the check and the data in one exchange. A
+// carry small collectives (check/carried.hpp): the check and the data in one exchange. A
 // communicator that is destroyed sends the ranks that hear from it a `left` notice on the same tag,
 // which stands in for its part of the next exchange: ranks still calling collectives learn that it
 // left instead of waiting out their deadline. Every message carries its sender's nonce (random per
@@ -37,7 +37,6 @@ namespace distcomm::check {
 
 // Apart from the strategies' tags (strategy/detail.hpp), below MPI's guaranteed MPI_TAG_UB.
 inline constexpr tag_t tag_agree = 31;
-
 
 template <class B>
 class call_check {
@@ -100,7 +99,7 @@ class call_check {
   // exchange (`data`, check/carried.hpp) is done by it where the backend's messages carry:
   // data->done says so, its result in data->out.
   bool agree(B& b, call_fingerprint mine, const char* what, deadline until,
-             carried_allreduce* data = nullptr) {
+             carried_call* data = nullptr) {
     mine.seq = seq_++;
     mine.rank = b.rank();
     what_ = what;
@@ -201,7 +200,7 @@ class call_check {
     for (auto& req : more) settle(req);
     if (!state.agreed()) throw mismatch_error(describe_mismatch(what, state, mine));
     if (carry) {
-      known_.fold(*data);
+      known_.finish(*data, r);
       data->done = true;
     }
     return true;
@@ -370,7 +369,7 @@ class call_check {
   std::uint64_t nonce_ = new_nonce();
   exchange_messages sent_;  // each round's message: kept between calls
   exchange_messages received_;
-  contributions known_;                 // a carried allreduce's
+  contributions known_;                 // a carried collective's
   std::vector<std::uint64_t> sources_;  // the nonce of each round's source, once known
   std::shared_ptr<stall_watch> watch_;  // DISTCOMM_STALL_WARNING, else null
   deferred_agreement deferred_;         // the backend carries it (defers_agreement)

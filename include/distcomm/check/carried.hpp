@@ -1,11 +1,11 @@
-// A small allreduce carried by the call check's own exchange (check/agree.hpp). The agreement's
-// dissemination exchange already costs one message latency per round; an allreduce of a few
+// A small collective carried by the call check's own exchange (check/agree.hpp). The agreement's
+// dissemination exchange already costs one message latency per round; a collective of a few
 // hundred bytes costs the same again. Carried, each message of the exchange holds, behind the
 // agreement, the contributions its sender knows (round k: those of the 2^k ranks ending at the
-// sender), so after the last round every rank has every rank's contribution and folds them in
-// rank order: the check and the data in one exchange, and the same bits on every rank (the order
-// of DISTCOMM_DETERMINISTIC). Nothing is written to the caller's output before every rank's
-// fingerprint is known to agree.
+// sender), so after the last round every rank has every rank's contribution: the check and the
+// data in one exchange. An allreduce folds them in rank order (the same bits on every rank, the
+// order of DISTCOMM_DETERMINISTIC); allgather, alltoall and broadcast copy what they need. Nothing
+// is written to the caller's output before every rank's fingerprint is known to agree.
 //
 // So that a rank in a carried allreduce and a rank in any other collective still pair up (and
 // raise the same mismatch_error), every agreement message of a communicator that may carry has
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -39,14 +40,19 @@ template <class B>
 struct carried_bytes_of<B, std::void_t<decltype(B::carried_bytes)>>
     : std::integral_constant<std::size_t, B::carried_bytes> {};
 
-// The allreduce a call hands to call_check::agree(); `done` says the exchange carried it and
-// `out` holds the result.
-struct carried_allreduce {
+// The collective a call hands to call_check::agree(): each rank's contribution is `count`
+// elements at `in`; `done` says the exchange carried it and `out` holds the result. allreduce:
+// the rank-order fold; allgather: every contribution in rank order; alltoall: block r of every
+// contribution (its input, p blocks); broadcast: root's contribution (in = out, the buffer).
+struct carried_call {
+  enum class collective : std::uint8_t { none, allreduce, allgather, alltoall, broadcast };
+  collective what = collective::none;
   const void* in = nullptr;
   void* out = nullptr;
   std::size_t count = 0;
   dtype type = dtype::f32;
   reduce_op op = reduce_op::sum;
+  int root = -1;
   bool done = false;
 
   std::size_t bytes() const noexcept { return count * dtype_size(type); }
@@ -128,11 +134,34 @@ class contributions {
       }
     }
   }
-  // out = c[0] (op) c[1] (op) ... in rank order, then avg's division.
-  void fold(const carried_allreduce& a) const {
-    combine(a.out, known_[0], known_[1], a.count, a.type, a.op);
-    for (int q = 2; q < p_; ++q) combine(a.out, a.out, known_[q], a.count, a.type, a.op);
-    if (a.op == reduce_op::avg) divide(a.out, a.out, a.count, a.type, static_cast<std::size_t>(p_));
+  // Rank r's result from every rank's contribution (carried_call).
+  void finish(const carried_call& a, int r) const {
+    const std::size_t bytes = a.bytes();
+    auto* out = static_cast<unsigned char*>(a.out);
+    switch (a.what) {
+      case carried_call::collective::allreduce:  // c[0] (op) c[1] (op) ..., then avg's division
+        combine(out, known_[0], known_[1], a.count, a.type, a.op);
+        for (int q = 2; q < p_; ++q) combine(out, out, known_[q], a.count, a.type, a.op);
+        if (a.op == reduce_op::avg) divide(out, out, a.count, a.type, static_cast<std::size_t>(p_));
+        break;
+      case carried_call::collective::allgather:
+        for (int q = 0; q < p_; ++q)
+          std::memcpy(out + static_cast<std::size_t>(q) * bytes, known_[q], bytes);
+        break;
+      case carried_call::collective::alltoall: {
+        const std::size_t block = bytes / static_cast<std::size_t>(p_);
+        for (int q = 0; q < p_; ++q) {
+          std::memcpy(out + static_cast<std::size_t>(q) * block,
+                      known_[q] + static_cast<std::size_t>(r) * block, block);
+        }
+        break;
+      }
+      case carried_call::collective::broadcast:
+        if (r != a.root) std::memcpy(out, known_[a.root], bytes);
+        break;
+      case carried_call::collective::none:
+        break;
+    }
   }
 
  private:

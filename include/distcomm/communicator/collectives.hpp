@@ -46,7 +46,7 @@ class collectives {
           if (in.count == 0) return;
           s.strategy.allreduce(s.backend, in.data, out.data, in.count, in.type, op, until);
         },
-        check::carried_allreduce{in.data, out.data, in.count, in.type, op});
+        carried(check::carried_call::collective::allreduce, in, out, in.count, op));
   }
 
   // A queued call copies the views: the caller's list may go before it runs.
@@ -97,11 +97,13 @@ class collectives {
     check_view("allgather input", in);
     check_view("allgather output", out);
     check_pair("allgather", in, out, in.count, checked_mul(in.count, size(), "allgather"));
-    return make_call("allgather", fingerprint(check::call_kind::allgather, in.count, in.type),
-                     [in, out](State& s, deadline until) {
-                       if (in.count == 0) return;
-                       s.strategy.allgather(s.backend, in.data, out.data, in.count, in.type, until);
-                     });
+    return make_call(
+        "allgather", fingerprint(check::call_kind::allgather, in.count, in.type),
+        [in, out](State& s, deadline until) {
+          if (in.count == 0) return;
+          s.strategy.allgather(s.backend, in.data, out.data, in.count, in.type, until);
+        },
+        carried(check::carried_call::collective::allgather, in, out, in.count));
   }
 
   auto broadcast(tensor_view data, int root) const {
@@ -112,7 +114,8 @@ class collectives {
         [data, root](State& s, deadline until) {
           if (data.count == 0) return;
           s.strategy.broadcast(s.backend, data.data, data.count, data.type, root, until);
-        });
+        },
+        carried(check::carried_call::collective::broadcast, data, data, data.count, {}, root));
   }
 
   auto alltoall(tensor_view in, tensor_view out) const {
@@ -127,11 +130,13 @@ class collectives {
     const std::size_t block = in.count / p;
     check_pair("alltoall", in, out, in.count, in.count);
     check_disjoint("alltoall", in, out);
-    return make_call("alltoall", fingerprint(check::call_kind::alltoall, block, in.type),
-                     [in, out, block](State& s, deadline until) {
-                       if (block == 0) return;
-                       s.strategy.alltoall(s.backend, in.data, out.data, block, in.type, until);
-                     });
+    return make_call(
+        "alltoall", fingerprint(check::call_kind::alltoall, block, in.type),
+        [in, out, block](State& s, deadline until) {
+          if (block == 0) return;
+          s.strategy.alltoall(s.backend, in.data, out.data, block, in.type, until);
+        },
+        carried(check::carried_call::collective::alltoall, in, out, in.count));
   }
 
   auto alltoallv(tensor_view in, span<const std::size_t> send_counts, tensor_view out,
@@ -286,6 +291,14 @@ class collectives {
                                       int root = -1) const {
     return check::make_fingerprint(kind, s_.check.settings(), count, t ? static_cast<int>(*t) : -1,
                                    op ? static_cast<int>(*op) : -1, root);
+  }
+
+  // What the call check may carry in its own exchange (check/carried.hpp): `count` elements of
+  // `in` from each rank.
+  static check::carried_call carried(check::carried_call::collective what, const tensor_view& in,
+                                     const tensor_view& out, std::size_t count,
+                                     reduce_op op = reduce_op::sum, int root = -1) {
+    return {what, in.data, out.data, count, in.type, op, root};
   }
 
   State& s_;

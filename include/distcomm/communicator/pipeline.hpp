@@ -33,12 +33,12 @@ struct call {
   const char* what;
   check::call_fingerprint fp;
   Body body;
-  check::carried_allreduce carried{};
+  check::carried_call carried{};
   bool agreed = false;  // communicator::next_call_agreed(): no agreement of its own
 };
 template <class Body>
 call<Body> make_call(const char* what, const check::call_fingerprint& fp, Body body,
-                     check::carried_allreduce carried = {}) {
+                     check::carried_call carried = {}) {
   return {what, fp, std::move(body), carried};
 }
 
@@ -141,7 +141,7 @@ struct pipeline {
   // A blocking call's `posted` is its start (no clock reading).
   template <class Body>
   static void guarded(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
-                      trace::flight_recorder::time_point posted, check::carried_allreduce* carried,
+                      trace::flight_recorder::time_point posted, check::carried_call* carried,
                       bool agreed) {
     refuse_after_failure(s, what);
     const deadline started = clock::now();  // the deadline's and the recorder's
@@ -164,7 +164,7 @@ struct pipeline {
   // guarded()'s agreement and body.
   template <class Body>
   static void checked(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
-                      deadline until, check::carried_allreduce* carried, bool agreed) {
+                      deadline until, check::carried_call* carried, bool agreed) {
     try {
       if (agreed) {
         s.check.skip();
