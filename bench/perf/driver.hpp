@@ -101,6 +101,14 @@ inline const char* long_name(const char* registered) {
   return *s.alias != '\0' ? s.alias : s.name;
 }
 
+// --pattern tp's compute: the rank's core busy for `us` microseconds.
+inline void spin_for_us(double us) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 template <class Comm, class Buffer = host_buffer>
 class runner {
  public:
@@ -369,6 +377,15 @@ class runner {
         break;
     }
     add_floor(v);
+    if (o_.pattern == "tp") {
+      for (variant& x : v) {
+        if (!x.ran) continue;
+        x.run = [compute = o_.compute_us, call = std::move(x.run)] {
+          spin_for_us(compute);
+          call();
+        };
+      }
+    }
     return v;
   }
 

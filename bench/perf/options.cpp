@@ -73,6 +73,14 @@ void validate(const options& o) {
       fail(std::string("--peer ") + o.peer + " has no " + nccl_name(o.type) + " allreduce");
     }
   }
+  if (o.pattern == "tp") {
+    if (o.coll != collective::allreduce || !o.profile_file.empty() || o.fusion_tensors != 1) {
+      fail(
+          "--pattern tp repeats one allreduce between computes: it needs --collective allreduce, "
+          "no --profile and no --fusion-tensors");
+    }
+    if (o.floor) fail("--pattern tp times compute with every call; --floor times a bare exchange");
+  }
   if (o.floor && !o.profile_file.empty()) {
     fail("--floor is a column of the size sweep; --profile prints its own table");
   }
@@ -228,6 +236,15 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
                "Interleave a cache-line ping-pong between the two ranks (2 ranks on one host) at "
                "every size: the round trip no exchange between them can beat, and ours as a "
                "multiple of it");
+  app.add_option("--pattern", o.pattern,
+                 "sweep: the collective alone (nccl-tests'); tp: tensor parallelism's, each call "
+                 "after --compute-us of compute on the rank's core, times including it (calls per "
+                 "second = 1e6 / time)")
+      ->check(CLI::IsMember({"sweep", "tp"}))
+      ->capture_default_str();
+  app.add_option("--compute-us", o.compute_us, "--pattern tp: compute before each call, us")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   app.add_option("--profile", o.profile_file,
                  "Gradient set (one tensor element count per line): time one step fused, "
                  "unfused per tensor and as one flat buffer instead of the size sweep")

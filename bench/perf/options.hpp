@@ -41,6 +41,10 @@ struct options {
   std::string csv_file;
   std::string peer;    // "", "mpi" or "gloo"
   bool floor = false;  // --floor: time a cache-line ping-pong (floor.hpp) at every size
+  // --pattern tp: tensor parallelism's traffic, each call after `compute_us` of compute on the
+  // rank's core (a layer's matmul between its two allreduces); every column's time includes it.
+  std::string pattern = "sweep";
+  double compute_us = 20.0;
   std::string profile_file;
   int threads = 2;  // ranks of the local backend (threads of one process)
   // nccl-tests options accepted for its scripts; validate() refuses what DistComm cannot do.

@@ -110,6 +110,10 @@ void report::header() {
     std::printf(" peer %s (%s)", info_.peer.c_str(), info_.peer_detail.c_str());
   }
   std::printf("\n");
+  if (o_.pattern == "tp") {
+    std::printf("# pattern tp: %.1f us of compute before every call, included in every time\n",
+                o_.compute_us);
+  }
   std::printf(
       "# nThread %d nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
       "iters: %d agg iters: %d validation: %d graph: 0\n",
@@ -248,6 +252,8 @@ void report::write_json() const {
   j["peer"] = info_.peer.empty() ? nlohmann::json(nullptr) : nlohmann::json(info_.peer);
   j["peer_detail"] = info_.peer_detail;
   j["floor"] = info_.floor;
+  j["pattern"] = o_.pattern;
+  if (o_.pattern == "tp") j["compute_us"] = o_.compute_us;
   j["devices"] = info_.devices;
   j["results"] = nlohmann::json::array();
   for (const row& r : rows_) {

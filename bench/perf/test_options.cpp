@@ -118,3 +118,18 @@ TEST_CASE("options: --floor is a column of the size sweep") {
   CHECK(both.rc == 2);
   CHECK_HAS(both.printed, "--floor is a column of the size sweep");
 }
+
+TEST_CASE("options: --pattern tp puts compute before every allreduce, and refuses the rest") {
+  CHECK(parse({}).o.pattern == "sweep");
+  const parsed tp = parse({"--pattern", "tp", "--compute-us", "5", "-b", "8K", "-e", "64K"});
+  CHECK(tp.rc == -1);
+  CHECK(tp.o.pattern == "tp");
+  CHECK(tp.o.compute_us == 5.0);
+  const parsed other = parse({"--pattern", "tp", "--collective", "alltoall"});
+  CHECK(other.rc == 2);
+  CHECK_HAS(other.printed, "--pattern tp repeats one allreduce");
+  const parsed floor = parse({"--pattern", "tp", "--floor"});
+  CHECK(floor.rc == 2);
+  CHECK_HAS(floor.printed, "--floor times a bare exchange");
+  CHECK(parse({"--pattern", "ring"}).rc != -1);
+}
