@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "distcomm/backends/local.hpp"
@@ -175,6 +176,63 @@ TEST_CASE(
       }
     });
     CHECK(wrong == 0);
+  }
+}
+
+// strategy::ring, remembering whether the call check compared alltoallv's counts.
+std::atomic<int> counts_agreed{0};
+struct recording_ring : dc::strategy::ring {
+  using ring::ring;
+  template <class B>
+  void alltoallv(B& b, const void* in, const std::size_t* sc, const std::size_t* sd, void* out,
+                 const std::size_t* rc, const std::size_t* rd, dc::dtype t, dc::deadline until,
+                 bool agreed = false) {
+    counts_agreed += agreed;
+    ring::alltoallv(b, in, sc, sd, out, rc, rd, t, until, agreed);
+  }
+};
+
+TEST_CASE("carried alltoallv counts: compared in the check's exchange, the same error everywhere") {
+  for (int p : {2, 3, 4}) {
+    CAPTURE(p);
+    dc::local_world world(p);
+    counts_agreed = 0;
+    std::atomic<int> wrong{0};
+    std::atomic<int> named{0};
+    world.run([&](dc::local_backend b) {
+      dc::communicator<dc::local_backend, recording_ring> comm(std::move(b), checked_config());
+      const int r = comm.rank();
+      const auto n = static_cast<std::size_t>(p);
+      // Rank r sends q + 1 elements to rank q, each worth 10 r + q.
+      std::vector<std::size_t> sc(n), rc(n, static_cast<std::size_t>(r) + 1);
+      std::vector<std::int32_t> in, out(n * (static_cast<std::size_t>(r) + 1), -1);
+      for (std::size_t q = 0; q < n; ++q) {
+        sc[q] = q + 1;
+        for (std::size_t i = 0; i <= q; ++i) in.push_back(10 * r + static_cast<int>(q));
+      }
+      comm.alltoallv(dc::view(in), sc, dc::view(out), rc);
+      for (std::size_t q = 0; q < n; ++q) {
+        for (std::size_t i = 0; i <= static_cast<std::size_t>(r); ++i) {
+          if (out[q * (static_cast<std::size_t>(r) + 1) + i] != 10 * static_cast<int>(q) + r)
+            ++wrong;
+        }
+      }
+      // The last rank expects one element too many from rank 0: every rank names that pair.
+      if (r == p - 1) rc[0] += 1;
+      out.assign(n * (static_cast<std::size_t>(r) + 1) + 1, -1);
+      try {
+        comm.alltoallv(dc::view(in), sc, dc::view(out), rc);
+      } catch (const dc::mismatch_error& e) {
+        const std::string want = "rank 0 sends " + std::to_string(p) + " elements to rank " +
+                                 std::to_string(p - 1) + ", whose recv_counts[0] is " +
+                                 std::to_string(p + 1);
+        if (std::string(e.what()).find(want) != std::string::npos) ++named;
+      }
+      comm.barrier();  // usable afterwards
+    });
+    CHECK(wrong == 0);
+    CHECK(named == p);
+    CHECK(counts_agreed == p);  // the first call's, on every rank; the second ran no body
   }
 }
 

@@ -87,6 +87,8 @@ class call_check {
   std::uint64_t calls() const noexcept { return seq_; }
   // Agreements exchanged so far.
   std::uint64_t agreements() const noexcept { return agreements_; }
+  // Whether the last agree() also compared alltoallv's counts (check/carried.hpp).
+  bool counts_agreed() const noexcept { return counts_agreed_; }
   // True when the last agree() failed because a peer's communicator was destroyed.
   bool peer_left() const noexcept { return peer_left_; }
 
@@ -102,6 +104,7 @@ class call_check {
              carried_call* data = nullptr) {
     mine.seq = seq_++;
     mine.rank = b.rank();
+    counts_agreed_ = false;
     what_ = what;
     deferred_.pending = deferred_.exchanged = false;
     const int p = b.size();
@@ -200,8 +203,9 @@ class call_check {
     for (auto& req : more) settle(req);
     if (!state.agreed()) throw mismatch_error(describe_mismatch(what, state, mine));
     if (carry) {
-      known_.finish(*data, r);
-      data->done = true;
+      known_.finish(*data, r);  // throws where alltoallv's counts disagree
+      data->done = data->completes();
+      counts_agreed_ = !data->completes();
     }
     return true;
   }
@@ -210,6 +214,7 @@ class call_check {
   // next_call_agreed()): it takes its sequence number, and nothing is exchanged.
   void skip() noexcept {
     ++seq_;
+    counts_agreed_ = false;
     deferred_.pending = deferred_.exchanged = false;
   }
 
@@ -365,6 +370,7 @@ class call_check {
   call_settings settings_;
   std::uint64_t seq_ = 0;
   std::uint64_t agreements_ = 0;
+  bool counts_agreed_ = false;
   bool peer_left_ = false;
   std::uint64_t nonce_ = new_nonce();
   exchange_messages sent_;  // each round's message: kept between calls

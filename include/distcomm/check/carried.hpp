@@ -16,12 +16,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "distcomm/backend.hpp"
 #include "distcomm/check/fingerprint.hpp"
 #include "distcomm/core/dtype.hpp"
+#include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/core/reduce_op.hpp"
 
@@ -45,7 +47,16 @@ struct carried_bytes_of<B, std::void_t<decltype(B::carried_bytes)>>
 // the rank-order fold; allgather: every contribution in rank order; alltoall: block r of every
 // contribution (its input, p blocks); broadcast: root's contribution (in = out, the buffer).
 struct carried_call {
-  enum class collective : std::uint8_t { none, allreduce, allgather, alltoall, broadcast };
+  // alltoallv_counts: each rank's contribution is its send counts then its receive counts (2p
+  // 64-bit words); the exchange compares them and the collective's data still moves after it.
+  enum class collective : std::uint8_t {
+    none,
+    allreduce,
+    allgather,
+    alltoall,
+    broadcast,
+    alltoallv_counts
+  };
   collective what = collective::none;
   const void* in = nullptr;
   void* out = nullptr;
@@ -56,6 +67,8 @@ struct carried_call {
   bool done = false;
 
   std::size_t bytes() const noexcept { return count * dtype_size(type); }
+  // Whether the exchange completes the collective (else it only checked alltoallv's counts).
+  bool completes() const noexcept { return what != collective::alltoallv_counts; }
   bool fits(std::size_t limit) const noexcept { return count != 0 && bytes() <= limit; }
 };
 
@@ -134,6 +147,30 @@ class contributions {
       }
     }
   }
+  // alltoallv: every rank holds every rank's send and receive counts, so every rank finds the same
+  // first disagreement (the lowest receiver's, from its lowest sender) and raises the same
+  // mismatch_error, before any data moved.
+  void check_counts() const {
+    const auto p = static_cast<std::size_t>(p_);
+    const auto word = [&](std::size_t rank, std::size_t i) {
+      std::uint64_t w;
+      std::memcpy(&w, known_[rank] + i * sizeof w, sizeof w);
+      return w;
+    };
+    for (std::size_t to = 0; to < p; ++to) {
+      for (std::size_t from = 0; from < p; ++from) {
+        const std::uint64_t sent = word(from, to);
+        const std::uint64_t expected = word(to, p + from);
+        if (from == to || sent == expected) continue;
+        throw mismatch_error(
+            "alltoallv: ranks disagree on the counts, before any data moved: rank " +
+            std::to_string(from) + " sends " + std::to_string(sent) + " elements to rank " +
+            std::to_string(to) + ", whose recv_counts[" + std::to_string(from) + "] is " +
+            std::to_string(expected));
+      }
+    }
+  }
+
   // Rank r's result from every rank's contribution (carried_call).
   void finish(const carried_call& a, int r) const {
     const std::size_t bytes = a.bytes();
@@ -158,6 +195,9 @@ class contributions {
       }
       case carried_call::collective::broadcast:
         if (r != a.root) std::memcpy(out, known_[a.root], bytes);
+        break;
+      case carried_call::collective::alltoallv_counts:
+        check_counts();
         break;
       case carried_call::collective::none:
         break;

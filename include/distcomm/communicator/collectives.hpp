@@ -157,12 +157,26 @@ class collectives {
                                    std::to_string(sc[me]) + " elements to itself but expects " +
                                    std::to_string(rc[me]));
     }
-    return make_call("alltoallv", fingerprint(check::call_kind::alltoallv, 0, in.type),
-                     [in, out, sc = std::move(sc), rc = std::move(rc), sd = std::move(sd),
-                      rd = std::move(rd)](State& s, deadline until) {
-                       s.strategy.alltoallv(s.backend, in.data, sc.data(), sd.data(), out.data,
-                                            rc.data(), rd.data(), in.type, until);
-                     });
+    // The counts ride in the call check's exchange where they fit (check/carried.hpp): the send
+    // counts, then the receive counts. The carried call points into `both`, whose heap buffer
+    // moves into the body with it.
+    std::vector<std::uint64_t> both(sc.begin(), sc.end());
+    both.insert(both.end(), rc.begin(), rc.end());
+    const check::carried_call counts{check::carried_call::collective::alltoallv_counts, both.data(),
+                                     nullptr, both.size(), dtype::i64};
+    return make_call(
+        "alltoallv", fingerprint(check::call_kind::alltoallv, 0, in.type),
+        [in, out, sc = std::move(sc), rc = std::move(rc), sd = std::move(sd), rd = std::move(rd),
+         both = std::move(both)](State& s, deadline until) {
+          if constexpr (takes_agreed_counts<decltype(s.strategy), decltype(s.backend)>::value) {
+            s.strategy.alltoallv(s.backend, in.data, sc.data(), sd.data(), out.data, rc.data(),
+                                 rd.data(), in.type, until, s.check.counts_agreed());
+          } else {
+            s.strategy.alltoallv(s.backend, in.data, sc.data(), sd.data(), out.data, rc.data(),
+                                 rd.data(), in.type, until);
+          }
+        },
+        counts);
   }
 
   auto allgatherv(tensor_view in, tensor_view out, span<const std::size_t> counts,

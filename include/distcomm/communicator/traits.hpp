@@ -69,6 +69,19 @@ struct refuses_allreduce<
     S, B, std::void_t<decltype(std::declval<const S&>().template refuse_allreduce<B>())>>
     : std::true_type {};
 
+// A strategy whose alltoallv takes `bool counts_agreed` last: the call check compared the counts
+// already (every built-in one; an application's own strategy need not).
+template <class S, class B, class = void>
+struct takes_agreed_counts : std::false_type {};
+template <class S, class B>
+struct takes_agreed_counts<
+    S, B,
+    std::void_t<decltype(std::declval<S&>().alltoallv(
+        std::declval<B&>(), nullptr, static_cast<const std::size_t*>(nullptr),
+        static_cast<const std::size_t*>(nullptr), nullptr, static_cast<const std::size_t*>(nullptr),
+        static_cast<const std::size_t*>(nullptr), dtype::f32, deadline{}, true))>>
+    : std::true_type {};
+
 template <class S, class = void>
 struct has_backend_name : std::false_type {};
 template <class S>

@@ -104,11 +104,14 @@ class automatic : public p2p_base {
   template <class B>
   void alltoallv(B& b, const void* in, const std::size_t* send_counts,
                  const std::size_t* send_displs, void* out, const std::size_t* recv_counts,
-                 const std::size_t* recv_displs, dtype t, deadline until) {
+                 const std::size_t* recv_displs, dtype t, deadline until,
+                 bool counts_agreed = false) {
     if constexpr (distcomm::detail::has_native_alltoallv<B>::value) {
-      native_.alltoallv(b, in, send_counts, send_displs, out, recv_counts, recv_displs, t, until);
+      native_.alltoallv(b, in, send_counts, send_displs, out, recv_counts, recv_displs, t, until,
+                        counts_agreed);
     } else {
-      p2p_base::alltoallv(b, in, send_counts, send_displs, out, recv_counts, recv_displs, t, until);
+      p2p_base::alltoallv(b, in, send_counts, send_displs, out, recv_counts, recv_displs, t, until,
+                          counts_agreed);
     }
   }
 

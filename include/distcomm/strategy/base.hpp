@@ -83,14 +83,17 @@ class p2p_base {
   }
 
   // Per-rank counts and displacements (elements); each pair checks the count it sends against
-  // the count the receiver expects first.
+  // the count the receiver expects first, unless the call check's exchange compared them already
+  // (`counts_agreed`, check/carried.hpp).
   template <class B>
   void alltoallv(B& b, const void* in, const std::size_t* send_counts,
                  const std::size_t* send_displs, void* out, const std::size_t* recv_counts,
-                 const std::size_t* recv_displs, dtype t, deadline until) {
+                 const std::size_t* recv_displs, dtype t, deadline until,
+                 bool counts_agreed = false) {
     detail::pairwise_alltoall(b, in, detail::exchange_layout{send_counts, send_displs, 0}, out,
                               detail::exchange_layout{recv_counts, recv_displs, 0}, t,
-                              detail::segment_elems(segment_bytes_, t), until, scratch_, true);
+                              detail::segment_elems(segment_bytes_, t), until, scratch_,
+                              !counts_agreed);
     finish(b, until);
   }
 
