@@ -192,6 +192,22 @@ void engine_mismatches(rank_context<B>& ctx) {
   }
   ctl.barrier();
 
+  // 2b. A tensor the response cache holds changes size on rank 0: the ranks' cache bits no longer
+  // match it, and the full exchange names it.
+  {
+    for (int step = 0; step < 3; ++step) {
+      eng.allreduce_async("a", dc::view(a), dc::reduce_op::max).wait();  // cached, steady
+    }
+    std::vector<float> resized(me == 0 ? 6 : 8, 1.0f);
+    const auto [secs, text] = engine_failure(
+        [&] { eng.allreduce_async("a", dc::view(resized), dc::reduce_op::max).wait(); }, &mismatch);
+    CHECK(mismatch);
+    ENGINE_CHECK_HAS(text, "tensor 'a' with different calls, count: 6 on rank 0; 8 on rank");
+    MESSAGE("a cached tensor resized: mismatch_error after " << secs << " s");
+    CHECK(secs < 10);
+  }
+  ctl.barrier();
+
   // 3. The same name with another op on the last rank.
   {
     std::vector<float> w(6, 1.0f);
