@@ -37,9 +37,6 @@ class collectives {
     check_view("allreduce output", out);
     check_op(op);
     check_pair("allreduce", in, out, in.count, in.count);
-    if constexpr (refuses_allreduce<decltype(s_.strategy), typename State::backend_type>::value) {
-      s_.strategy.template refuse_allreduce<typename State::backend_type>();
-    }
     return make_call(
         "allreduce", fingerprint(check::call_kind::allreduce, in.count, in.type, op),
         [in, out, op](State& s, deadline until) {

@@ -17,6 +17,7 @@
 #include "distcomm/async/work.hpp"
 #include "distcomm/backend.hpp"
 #include "distcomm/check/agree.hpp"
+#include "distcomm/communicator/traits.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/strategy/algorithms/exchange.hpp"
 #include "distcomm/trace/flight_recorder.hpp"
@@ -161,6 +162,21 @@ struct pipeline {
     return s.recorder ? trace::flight_recorder::now() : trace::flight_recorder::time_point{};
   }
 
+  // What the call check may carry of `c`: null where there is nothing, or where the strategy
+  // would refuse the call (its body raises that error then).
+  static check::carried_call* carriable(State& s, check::carried_call* c) {
+    if (!c || c->count == 0) return nullptr;
+    using Strategy = std::decay_t<decltype(s.strategy)>;
+    using Backend = typename State::backend_type;
+    if constexpr (vets_carried<Strategy, Backend>::value) {
+      if (c->what == check::carried_call::collective::allreduce &&
+          !s.strategy.template accepts_carried<Backend>(c->bytes())) {
+        return nullptr;
+      }
+    }
+    return c;
+  }
+
   // guarded()'s agreement and body.
   template <class Body>
   static void checked(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
@@ -169,7 +185,7 @@ struct pipeline {
       if (agreed) {
         s.check.skip();
       } else if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
-        s.check.agree(s.backend, fp, what, until, carried && carried->count ? carried : nullptr);
+        s.check.agree(s.backend, fp, what, until, carriable(s, carried));
         if (carried && carried->done) return;
       }
     } catch (const mismatch_error& e) {

@@ -59,14 +59,15 @@ std::string strategy_identity(const S& s) {
     return strategy_name<S>::value;
   }
 }
-// `template <class B> void refuse_allreduce() const`: the strategy refuses some allreduces by
-// its settings alone (strategy::native in deterministic mode), before anything moves, also where
-// the call check carries the allreduce and the strategy's body does not run.
+// `template <class B> bool accepts_carried(std::size_t bytes)`: false where the strategy refuses
+// an allreduce of `bytes` by its settings (strategy::native in deterministic mode; automatic with a
+// table naming native on a backend without one). The call check then does not carry it, and the
+// strategy's body raises the error as it does at any size.
 template <class S, class B, class = void>
-struct refuses_allreduce : std::false_type {};
+struct vets_carried : std::false_type {};
 template <class S, class B>
-struct refuses_allreduce<
-    S, B, std::void_t<decltype(std::declval<const S&>().template refuse_allreduce<B>())>>
+struct vets_carried<
+    S, B, std::void_t<decltype(std::declval<S&>().template accepts_carried<B>(std::size_t{}))>>
     : std::true_type {};
 
 // A strategy whose alltoallv takes `bool counts_agreed` last: the call check compared the counts

@@ -90,6 +90,18 @@ class automatic : public p2p_base {
     }
   }
 
+  // A table naming native at `bytes` on a backend without a native allreduce is refused by
+  // allreduce(): the call check must not carry (and so do) such an allreduce either.
+  template <class B>
+  bool accepts_carried(std::size_t bytes) {
+    if constexpr (has_native_allreduce_v<B>) {
+      (void)bytes;
+      return true;  // deterministic mode turns native into ring here (choose())
+    } else {
+      return table<B>().pick(bytes, algorithm::ring) != algorithm::native;
+    }
+  }
+
   // The backend's own alltoall where it has one (MPI_Alltoall), else Bruck or pairwise.
   template <class B>
   void alltoall(B& b, const void* in, void* out, std::size_t block_count, dtype t, deadline until) {

@@ -25,23 +25,23 @@ class native {
   template <class B>
   void allreduce(B& b, const void* in, void* out, std::size_t count, dtype t, reduce_op op,
                  deadline until) {
-    refuse_allreduce<B>();
-    b.native_allreduce(in, out, count, t, op, until);
-  }
-
-  // Deterministic mode on a backend whose reduction is not a rank-order fold: refused before
-  // anything moves (the communicator asks before the call check).
-  template <class B>
-  void refuse_allreduce() const {
     static_assert(has_native_allreduce_v<B>,
                   "strategy::native needs a backend with its own allreduce; this backend has "
                   "none: use strategy::ring, tree, parameter_server or automatic");
-    if (fallback_.deterministic() && !distcomm::detail::native_is_deterministic<B>::value) {
+    if (!accepts_carried<B>(0)) {
       throw invalid_argument_error(std::string("strategy native: backend '") + B::name +
                                    "' does not reduce in rank order, so DISTCOMM_DETERMINISTIC=1 "
                                    "cannot be honoured; use ring, tree, parameter_server or "
                                    "automatic");
     }
+    b.native_allreduce(in, out, count, t, op, until);
+  }
+
+  // Deterministic mode on a backend whose reduction is not a rank-order fold is refused at every
+  // size: the call check must not carry (and so do) such an allreduce either.
+  template <class B>
+  bool accepts_carried(std::size_t) const noexcept {
+    return !fallback_.deterministic() || distcomm::detail::native_is_deterministic<B>::value;
   }
 
   template <class B>
