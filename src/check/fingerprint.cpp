@@ -214,6 +214,14 @@ std::string not_started_message(const char* what, int from, std::uint64_t seq, i
          transport;
 }
 
+std::string counts_mismatch_message(std::uint64_t from, std::uint64_t to, std::uint64_t sent,
+                                    std::uint64_t expected) {
+  return "alltoallv: ranks disagree on the counts, before any data moved: rank " +
+         std::to_string(from) + " sends " + std::to_string(sent) + " elements to rank " +
+         std::to_string(to) + ", whose recv_counts[" + std::to_string(from) + "] is " +
+         std::to_string(expected);
+}
+
 std::string late_start_message(const char* what, int rank, std::uint64_t seq, double late_s) {
   char late[32];
   std::snprintf(late, sizeof late, "%.2f", late_s);

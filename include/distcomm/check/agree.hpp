@@ -97,9 +97,10 @@ class call_check {
   // backend when a peer does not take part in time. Returns whether an exchange ran (it did not
   // when the check is off or the world has one rank). After a mismatch between ranks that are all
   // still here, every rank has finished the same exchange: the next one pairs up as usual. After
-  // peer_left(), the communicator is of no further use. An allreduce small enough to ride in the
+  // peer_left(), the communicator is of no further use. A collective small enough to ride in the
   // exchange (`data`, check/carried.hpp) is done by it where the backend's messages carry:
-  // data->done says so, its result in data->out.
+  // data->done says so, its result in data->out (alltoallv's counts are compared only:
+  // counts_agreed()).
   bool agree(B& b, call_fingerprint mine, const char* what, deadline until,
              carried_call* data = nullptr) {
     mine.seq = seq_++;

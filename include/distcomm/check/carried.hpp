@@ -7,7 +7,7 @@
 // order of DISTCOMM_DETERMINISTIC); allgather, alltoall and broadcast copy what they need. Nothing
 // is written to the caller's output before every rank's fingerprint is known to agree.
 //
-// So that a rank in a carried allreduce and a rank in any other collective still pair up (and
+// So that a rank in a carried collective and a rank in any other collective still pair up (and
 // raise the same mismatch_error), every agreement message of a communicator that may carry has
 // the carried size of its round, data or not: the size depends on the world size alone.
 #pragma once
@@ -29,7 +29,7 @@
 
 namespace distcomm::check {
 
-// The largest allreduce carried, in bytes, and the largest world that carries: a round-k message
+// The largest contribution carried, in bytes, and the largest world that carries: a round-k message
 // grows by min(2^k, p) slots of that size, paid by every agreement of such a world. A backend
 // whose messages cost by their size at these sizes declares its own, `static constexpr
 // std::size_t carried_bytes` (mpi: 64). The default suits transports whose latency dwarfs a few
@@ -162,11 +162,7 @@ class contributions {
         const std::uint64_t sent = word(from, to);
         const std::uint64_t expected = word(to, p + from);
         if (from == to || sent == expected) continue;
-        throw mismatch_error(
-            "alltoallv: ranks disagree on the counts, before any data moved: rank " +
-            std::to_string(from) + " sends " + std::to_string(sent) + " elements to rank " +
-            std::to_string(to) + ", whose recv_counts[" + std::to_string(from) + "] is " +
-            std::to_string(expected));
+        throw mismatch_error(counts_mismatch_message(from, to, sent, expected));
       }
     }
   }

@@ -137,6 +137,11 @@ std::string not_started_message(const char* what, int from, std::uint64_t seq, i
 // `late_s` seconds late.
 std::string late_start_message(const char* what, int rank, std::uint64_t seq, double late_s);
 
+// The mismatch_error every rank of an alltoallv raises when rank `from` sends `sent` elements to
+// rank `to`, which expects `expected` (the first such pair every rank finds alike).
+std::string counts_mismatch_message(std::uint64_t from, std::uint64_t to, std::uint64_t sent,
+                                    std::uint64_t expected);
+
 // "1st", "2nd", "3rd", "4th", ..., "11th", "21st".
 std::string ordinal(std::uint64_t n);
 

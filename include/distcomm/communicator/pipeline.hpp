@@ -27,7 +27,7 @@ namespace distcomm::detail {
 
 // One call, validated: its name, its fingerprint and what it does, body(state, until). A body
 // that posts messages (point-to-point) returns their requests instead of waiting for them.
-// An allreduce also names its data, which the agreement carries where it is small
+// A collective may also name its data, which the agreement carries where it is small
 // (check/carried.hpp): the body then does not run.
 template <class Body>
 struct call {
@@ -150,7 +150,7 @@ struct pipeline {
     const span_on_exit traced{s, what, fp};
     // Through one function that is not a template (the recorder's), so that each collective's
     // code is compiled once.
-    auto run = [&] { checked(s, what, fp, body, until, agreed ? nullptr : carried, agreed); };
+    auto run = [&] { checked(s, what, fp, body, until, carried, agreed); };
     const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
     trace::flight_recorder::record(
         collective ? s.recorder.get() : nullptr, s.check.calls(), what, fp, posted, started,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "distcomm/check/fingerprint.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/strategy/algorithms/common.hpp"
 #include "distcomm/strategy/detail.hpp"
@@ -87,11 +88,7 @@ void agree_on_counts(B& b, const exchange_layout& send, const exchange_layout& r
   for (std::size_t q = 0; q < pp; ++q) {  // the lowest receiver's report, the same on every rank
     const std::uint64_t* f = &reports[4 * q];
     if (f[0] == none) continue;
-    throw agreed_mismatch_error(
-        "alltoallv: ranks disagree on the counts, before any data moved: rank " +
-        std::to_string(f[0]) + " sends " + std::to_string(f[2]) + " elements to rank " +
-        std::to_string(f[1]) + ", whose recv_counts[" + std::to_string(f[0]) + "] is " +
-        std::to_string(f[3]));
+    throw agreed_mismatch_error(check::counts_mismatch_message(f[0], f[1], f[2], f[3]));
   }
 }
 
