@@ -240,6 +240,10 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
     // What each member did there.
     std::map<std::string, std::vector<int>> by_call;  // signature -> ranks
     std::map<std::string, std::vector<int>> by_line;  // what to print -> ranks
+    // Ranks still inside the call are one line whatever the moment each was dumped: the line
+    // holds `inside_mark` where the span of their times inside goes (shortest, longest).
+    const std::string inside_mark = "\x01";
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> inside_for;
     std::vector<int> not_reached, still_inside, failed_timeout, failed_lost;
     std::int64_t first_start = 0;
     for (const auto& mk : cm.members) {
@@ -273,8 +277,7 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
       std::string line = c.text + ", " + c.state;
       if (c.state == "started" || c.state == "posted") {
         still_inside.push_back(r);
-        line +=
-            " (still inside it when dumped, for " + seconds(m.from->dumped_us - c.started_us) + ")";
+        line += " (still inside it when dumped, for " + inside_mark + ")";
       } else if (c.state == "failed") {
         if (c.error_kind == "timeout") failed_timeout.push_back(r);
         if (c.error_kind == "peer_lost") failed_lost.push_back(r);
@@ -283,6 +286,14 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
       if (first_start != 0 && c.started_us - first_start >= 1000000) {
         late.emplace_back(r, c.started_us - first_start);
         line += "; entered it " + seconds(c.started_us - first_start) + " after the first rank";
+      }
+      if (c.state == "started" || c.state == "posted") {
+        const std::int64_t inside = m.from->dumped_us - c.started_us;
+        const auto [span, fresh] = inside_for.emplace(line, std::make_pair(inside, inside));
+        if (!fresh) {
+          span->second.first = std::min(span->second.first, inside);
+          span->second.second = std::max(span->second.second, inside);
+        }
       }
       by_line[line].push_back(r);
     }
@@ -293,7 +304,17 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
             .push_back(r);
       }
     }
-    for (const auto& l : by_line) out << "  " << list(l.second) << ": " << l.first << "\n";
+    for (const auto& l : by_line) {
+      std::string line = l.first;
+      const auto span = inside_for.find(line);
+      if (span != inside_for.end()) {
+        const std::string shortest = seconds(span->second.first);
+        const std::string longest = seconds(span->second.second);
+        line.replace(line.find(inside_mark), inside_mark.size(),
+                     shortest == longest ? shortest : shortest + " to " + longest);
+      }
+      out << "  " << list(l.second) << ": " << line << "\n";
+    }
 
     // The verdict.
     std::vector<int> absent;  // members without a record at all
