@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
         int me = job_rank;
         comm.allgather(dc::view(&me, 1), dc::view(mine));
         members = mine;
+        // A rank lost just after its last send may have completed that collective on some
+        // survivors only (a killed process's connection resets, dropping what a slower peer had
+        // not read yet): the survivors resume from the earliest iteration any of them lacks.
+        int resume = i;
+        comm.allreduce(dc::view(&resume, 1), dc::reduce_op::min);
+        i = resume;
         std::string names;
         for (int r : members) names += (names.empty() ? "" : ", ") + std::to_string(r);
         std::printf("rank %d: shrunk to rank %d of %d (ranks %s went on) after %s\n", job_rank,
