@@ -80,6 +80,38 @@ std::string seconds(std::int64_t us) {
   return buf;
 }
 
+// A member that entered a collective this long after the first one did came late to it.
+constexpr std::int64_t late_us = 1000000;
+
+// When the first member entered collective `seq` (0: none did), and the members that came late
+// to it with how late, latest first.
+std::pair<std::int64_t, std::vector<std::pair<int, std::int64_t>>> late_to(const communicator& cm,
+                                                                           std::uint64_t seq) {
+  std::int64_t first = 0;
+  for (const auto& mk : cm.members) {
+    const auto it = mk.second.calls.find(seq);
+    if (it != mk.second.calls.end() && it->second.started_us != 0) {
+      first = first == 0 ? it->second.started_us : std::min(first, it->second.started_us);
+    }
+  }
+  std::vector<std::pair<int, std::int64_t>> late;
+  for (const auto& mk : cm.members) {
+    const auto it = mk.second.calls.find(seq);
+    if (first != 0 && it != mk.second.calls.end() && it->second.started_us - first >= late_us) {
+      late.emplace_back(mk.second.job_rank, it->second.started_us - first);
+    }
+  }
+  std::sort(late.begin(), late.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  return {first, late};
+}
+
+std::vector<int> ranks_of(const std::vector<std::pair<int, std::int64_t>>& late) {
+  std::vector<int> ranks;
+  for (const auto& l : late) ranks.push_back(l.first);
+  return ranks;
+}
+
 // "1st", "2nd", "21st", ..., as the errors count collectives.
 std::string ordinal(std::uint64_t n) {
   const char* suffix = "th";
@@ -244,16 +276,8 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
     // holds `inside_mark` where the span of their times inside goes (shortest, longest).
     const std::string inside_mark = "\x01";
     std::map<std::string, std::pair<std::int64_t, std::int64_t>> inside_for;
-    std::vector<int> not_reached, still_inside, failed_timeout, failed_lost;
-    std::int64_t first_start = 0;
-    for (const auto& mk : cm.members) {
-      const auto it = mk.second.calls.find(s);
-      if (it != mk.second.calls.end() && it->second.started_us != 0) {
-        first_start =
-            first_start == 0 ? it->second.started_us : std::min(first_start, it->second.started_us);
-      }
-    }
-    std::vector<std::pair<int, std::int64_t>> late;
+    std::vector<int> not_reached, still_inside, failed_timeout, failed_lost, completed;
+    const auto [first_start, late] = late_to(cm, s);
     for (const auto& mk : cm.members) {
       const member& m = mk.second;
       const int r = m.job_rank;
@@ -283,8 +307,8 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
         if (c.error_kind == "peer_lost") failed_lost.push_back(r);
         line += " after " + seconds(c.ended_us - c.started_us) + ": " + shorten(c.error);
       }
-      if (first_start != 0 && c.started_us - first_start >= 1000000) {
-        late.emplace_back(r, c.started_us - first_start);
+      if (c.state == "completed") completed.push_back(r);
+      if (first_start != 0 && c.started_us - first_start >= late_us) {
         line += "; entered it " + seconds(c.started_us - first_start) + " after the first rank";
       }
       if (c.state == "started" || c.state == "posted") {
@@ -340,14 +364,26 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
           << " elsewhere (a collective skipped, a longer compute step, or a hang outside "
              "DistComm)\n";
     } else if (!late.empty()) {
-      std::sort(late.begin(), late.end(),
-                [](const auto& a, const auto& b) { return a.second > b.second; });
-      std::vector<int> lagging;
-      for (const auto& l : late) lagging.push_back(l.first);
-      out << "verdict: " << list(lagging) << " came late to " << where << " ("
+      out << "verdict: " << list(ranks_of(late)) << " came late to " << where << " ("
           << seconds(late.front().second) << " after the first rank)";
       if (!failed_timeout.empty()) out << "; the others timed out waiting (DISTCOMM_TIMEOUT)";
       out << "\n";
+    } else if (const auto next = late_to(cm, s + 1).second;
+               !completed.empty() && !failed_timeout.empty() && !next.empty()) {
+      // A rank stopped just after a collective may still hold its last messages of it (a
+      // transport's thread sends them after the call returned): the ranks waiting for them time
+      // out there, while those it had already served went on to the next and waited for it.
+      out << "verdict: " << list(ranks_of(next)) << " came late to #" << s + 1 << " ("
+          << seconds(next.front().second) << " after the first rank); the others timed out "
+          << "waiting (DISTCOMM_TIMEOUT), " << list(failed_timeout) << " in " << where
+          << " for what it had not sent yet\n";
+    } else if (!completed.empty()) {
+      std::vector<int> rest;
+      for (int r : cm.ranks) {
+        if (std::find(completed.begin(), completed.end(), r) == completed.end()) rest.push_back(r);
+      }
+      out << "verdict: " << list(rest) << " failed in " << where << ", which " << list(completed)
+          << " completed (see the errors above)\n";
     } else if (!absent.empty()) {
       out << "verdict: " << list(absent) << " left no record, and the others ";
       if (!failed_lost.empty()) {
