@@ -9,12 +9,16 @@
 // Defaults: 9 repetitions, randomly interleaved across benchmarks (the machine is noisy; a slow
 // phase then hits every benchmark alike), medians reported. Any --benchmark_* flag overrides them.
 // The last lines compare the medians: "combine f32 sum: X GB/s, a[i]+=b[i]: Y GB/s, ratio Z%".
+// "read another process" is process_vm_readv of a child's array (the shm backend's single copy).
 // "copy, N threads" is memcpy on 64 MiB arrays, each thread its own pair, all at once (2N counted
 // per thread, summed): with one thread per rank it bounds what an allreduce of the processes on
 // this host can reach, as measured now (bench/figures.sh runs it beside shm's figures each round:
 // this VM's memory bandwidth moved between 16 and 56 GB/s from day to day).
 // (Google Benchmark's own bytes_per_second column is in binary units: its "G/s" is GiB/s.)
 #include <benchmark/benchmark.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distcomm/core/reduce.hpp"
@@ -150,13 +155,14 @@ void bm_baseline_add3(benchmark::State& state) {
 
 // memcpy, one pair of arrays per thread (the threads run at once; Google Benchmark sums bytes).
 void bm_copy(benchmark::State& state) {
-  static std::map<int, arrays> per_thread;  // filled by thread 0 before the others start
+  // By size and thread, filled by thread 0 before the others start.
+  static std::map<std::pair<std::size_t, int>, arrays> per_thread;
   static std::mutex mu;
   const auto bytes = static_cast<std::size_t>(state.range(0));
   arrays* m = nullptr;
   {
     const std::lock_guard<std::mutex> lock(mu);
-    arrays& set = per_thread[state.thread_index()];
+    arrays& set = per_thread[{bytes, state.thread_index()}];
     for (auto* p : {&set.a, &set.b}) {
       if (*p) continue;
       void* mem = std::aligned_alloc(4096, bytes);
@@ -169,6 +175,47 @@ void bm_copy(benchmark::State& state) {
   for (auto _ : state) {
     std::memcpy(m->b.get(), m->a.get(), bytes);
     benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * bytes));
+}
+
+// process_vm_readv from a child process's copy of the arrays, one thread (2N counted, as memcpy):
+// what the shm backend's single copy (DISTCOMM_SHM_SINGLE_COPY=on) reads a peer's buffer at, to
+// set beside "copy" at the same size.
+void bm_read_peer(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  arrays m;
+  for (auto* p : {&m.a, &m.b}) {
+    void* mem = std::aligned_alloc(4096, bytes);
+    if (mem == nullptr) std::abort();
+    std::memset(mem, 1, bytes);
+    p->reset(mem);
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::memset(m.a.get(), 2, bytes);  // its own pages, not the parent's shared ones
+    for (;;) ::pause();                // until killed
+  }
+  if (child < 0) {
+    state.SkipWithError("fork failed");
+    return;
+  }
+  ::usleep(100000);  // the child has written its pages
+  bool failed = false;
+  for (auto _ : state) {
+    iovec local{m.b.get(), bytes};
+    iovec remote{m.a.get(), bytes};
+    if (::process_vm_readv(child, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(bytes)) {
+      failed = true;
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  if (failed) {
+    state.SkipWithError("process_vm_readv refused (seccomp, or Yama's ptrace_scope)");
+    return;
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * bytes));
 }
@@ -200,6 +247,11 @@ void register_benchmarks() {
         ->Arg(arg);
   }
   reg("copy", bm_copy)->Arg(static_cast<std::int64_t>(big_bytes))->Threads(1)->Threads(2);
+  reg("copy", bm_copy)->Arg(static_cast<std::int64_t>(small_bytes));
+  for (std::size_t bytes : {big_bytes, small_bytes}) {
+    reg("read another process (process_vm_readv)", bm_read_peer)
+        ->Arg(static_cast<std::int64_t>(bytes));
+  }
   reg("divide f32 by 3", bm_divide, dtype::f32)->Arg(static_cast<std::int64_t>(big_bytes));
   reg("divide f16 by 3", bm_divide, dtype::f16)->Arg(static_cast<std::int64_t>(big_bytes));
 }

@@ -107,8 +107,12 @@ const std::vector<setting_info> rendezvous_rows = {
      "Names this rank's job in the store handshake; a store refuses a rank of another job."},
     {"DISTCOMM_SHM_RING", "1M",
      "Bytes of each ordered pair's message ring in the shm backend (at least 4K)."},
-    {"DISTCOMM_SHM_CHUNK", "1M",
+    {"DISTCOMM_SHM_CHUNK", "512K",
      "Bytes per rank the shm backend's collectives stage at a time, twice (at least 4K)."},
+    {"DISTCOMM_SHM_SINGLE_COPY", "off",
+     "on: the shm backend's large collectives read the peers' buffers straight from their "
+     "processes (process_vm_readv) where every rank may; off: through the segments (faster where "
+     "measured: docs/PERFORMANCE.md)."},
 };
 
 // Read only by the tools and the project's scripts, documented where they are read; known so

@@ -4,11 +4,12 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
-#include "distcomm/backends/shm.hpp"
 #include "context.hpp"
+#include "distcomm/backends/shm.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 
 namespace {
@@ -57,6 +58,95 @@ TEST_CASE("shm: a connected backend leaves no name in /dev/shm; the memory stays
   CHECK(v.front() == p * (p + 1) / 2.0);
   CHECK(v.back() == p * (p + 1) / 2.0);
   made[0].native_barrier(until);
+}
+
+// The large collectives read the peers' buffers straight from their processes where every rank
+// may (copy_path()): the same bits as the staged path, in place and out of place, at sizes that
+// take several pieces and leave some ranks an uneven share.
+TEST_CASE("shm: single copy gives the staged path's bits") {
+  namespace bs = backend_suite;
+  distcomm::shm_options staged_opts = the_options, single_opts = the_options;
+  staged_opts.single_copy = false;
+  single_opts.single_copy = true;
+  distcomm::shm_backend single(*the_job, single_opts);
+  distcomm::shm_backend staged(*the_job, staged_opts);
+  CHECK(staged.copy_path().rfind("copy in/out", 0) == 0);
+  if (single.copy_path().rfind("single copy", 0) != 0) {
+    MESSAGE("single copy not allowed here, skipped: " << single.copy_path());
+    return;
+  }
+  const auto until = distcomm::deadline_after(std::chrono::seconds(60));
+  const int r = the_job->world.rank, p = the_job->world.size;
+  const auto pp = static_cast<std::size_t>(p);
+  using distcomm::dtype;
+  using distcomm::reduce_op;
+  for (dtype t : {dtype::f32, dtype::f64, dtype::bf16}) {
+    const std::size_t es = distcomm::dtype_size(t);
+    const std::size_t count = (std::size_t{3} << 20) / es + 7;  // 3 MiB and a bit
+    std::vector<unsigned char> in(count * es);
+    for (std::size_t i = 0; i < count; ++i) bs::put(in.data(), i, t, bs::random_input(r, i, t));
+    for (reduce_op op : {reduce_op::sum, reduce_op::avg, reduce_op::max}) {
+      CAPTURE(distcomm::to_string(t));
+      CAPTURE(distcomm::to_string(op));
+      std::vector<unsigned char> want(count * es), got(count * es), in_place = in;
+      staged.native_allreduce(in.data(), want.data(), count, t, op, until);
+      single.native_allreduce(in.data(), got.data(), count, t, op, until);
+      CHECK(got == want);
+      single.native_allreduce(in_place.data(), in_place.data(), count, t, op, until);
+      CHECK(in_place == want);
+    }
+  }
+  // allgather, alltoall and broadcast: exact values, one block per rank.
+  const std::size_t block = (std::size_t{300} << 10) / 4 + 3;  // floats
+  std::vector<float> mine(block), all(block * pp), sent(block * pp), got(block * pp);
+  for (std::size_t i = 0; i < block; ++i) mine[i] = static_cast<float>(r * 1000003 + i);
+  single.native_allgather(mine.data(), all.data(), block, dtype::f32, until);
+  std::size_t wrong = 0;
+  for (std::size_t q = 0; q < pp; ++q) {
+    for (std::size_t i = 0; i < block; ++i) wrong += all[q * block + i] != q * 1000003.0f + i;
+  }
+  CHECK(wrong == 0);
+  for (std::size_t q = 0; q < pp; ++q) {
+    for (std::size_t i = 0; i < block; ++i) sent[q * block + i] = static_cast<float>(r * 7 + q) + i;
+  }
+  for (distcomm::shm_backend* b : {&single, &staged}) {
+    std::fill(got.begin(), got.end(), -1.0f);
+    b->native_alltoall(sent.data(), got.data(), block, dtype::f32, until);
+    wrong = 0;
+    for (std::size_t q = 0; q < pp; ++q) {
+      for (std::size_t i = 0; i < block; ++i) {
+        wrong += got[q * block + i] != static_cast<float>(q * 7 + static_cast<std::size_t>(r)) + i;
+      }
+    }
+    CHECK_MESSAGE(wrong == 0, b->copy_path());
+  }
+  const int root = 1 % p;
+  std::vector<float> data(block * pp, static_cast<float>(r));
+  single.native_broadcast(data.data(), data.size(), dtype::f32, root, until);
+  CHECK(std::count(data.begin(), data.end(), static_cast<float>(root)) ==
+        static_cast<std::ptrdiff_t>(data.size()));
+  single.native_barrier(until);
+  staged.native_barrier(until);
+}
+
+// The small alltoall goes through the staging areas in one arrival.
+TEST_CASE("shm: native alltoall, small blocks") {
+  distcomm::shm_backend b(*the_job, the_options);
+  const auto until = distcomm::deadline_after(std::chrono::seconds(30));
+  const int r = the_job->world.rank, p = the_job->world.size;
+  for (std::size_t block : {std::size_t{1}, std::size_t{5}, std::size_t{4099}}) {
+    std::vector<std::int32_t> sent(block * static_cast<std::size_t>(p)), got(sent.size(), -1);
+    for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = r * 100000 + static_cast<int>(i);
+    b.native_alltoall(sent.data(), got.data(), block, distcomm::dtype::i32, until);
+    std::size_t wrong = 0;
+    for (int q = 0; q < p; ++q) {
+      for (std::size_t i = 0; i < block; ++i) {
+        const auto want = q * 100000 + static_cast<int>(static_cast<std::size_t>(r) * block + i);
+        wrong += got[static_cast<std::size_t>(q) * block + i] != want;
+      }
+    }
+    CHECK_MESSAGE(wrong == 0, "block " << block);
+  }
 }
 
 TYPE_TO_STRING_AS("shm", shm_env);

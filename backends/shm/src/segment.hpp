@@ -5,7 +5,7 @@
 //   header                           doorbell and sleepers (anyone bumps, r sleeps on it), the
 //                                    collective generation r reached (r), abort flag and reason
 //                                    (r), r's call fingerprints for the agreement before a
-//                                    collective (r)
+//                                    collective (r), where r's buffers are for single copy (r)
 //   ring[d] for every rank d         r's messages to d: head (r), tail (d), data (r writes, d
 //   reads) area[2]                          r's staging for the collectives (r writes, every rank
 //   reads)
@@ -23,7 +23,7 @@
 namespace distcomm::detail::shm {
 
 constexpr std::uint32_t segment_magic = 0x44435348;  // "DCSH"
-constexpr std::uint32_t layout_version = 3;
+constexpr std::uint32_t layout_version = 4;
 constexpr std::size_t line = 64;
 
 struct alignas(line) header {
@@ -39,6 +39,16 @@ struct alignas(line) header {
   // check::digest of what r agrees with at generation g, in digest[g % 2], beside `arrived` so
   // that a peer waiting for r reads it in the same cache line; 0 with a notice (shm_state::agree).
   std::atomic<std::uint64_t> digest[2];
+  // Single copy (single_copy.hpp): where r's input and output of the collective it entered last
+  // are in its own address space, written before `arrived` moves (released by it), so a peer
+  // reads them in the line it polls. They change only at r's next collective, which no rank
+  // enters before every rank has read what it needed here.
+  std::atomic<std::uint64_t> in_addr;
+  std::atomic<std::uint64_t> out_addr;
+  // A word of r's memory holding probe_value: the peers read it at start-up to learn whether
+  // single copy is allowed here.
+  std::uint64_t probe_addr;
+  std::uint64_t probe_value;
   alignas(line) std::atomic<std::uint32_t> aborted;  // set once `reason` is written
   char reason[512];
   // What r agrees with at generation g, in agreed[g % 2]: written before r's `arrived` reaches g,

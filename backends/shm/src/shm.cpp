@@ -1,5 +1,7 @@
 #include "distcomm/backends/shm.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,10 +20,12 @@
 #include "distcomm/core/partition.hpp"
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/group/members.hpp"
+#include "distcomm/log.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 #include "distcomm/strategy/table.hpp"
 #include "segment.hpp"
+#include "single_copy.hpp"
 
 namespace distcomm {
 namespace detail {
@@ -35,6 +39,15 @@ constexpr std::chrono::microseconds spin_for{20};
 // Allreduces up to this size take one arrival, every rank folding every input (native_allreduce);
 // larger ones split the fold among the ranks, at the cost of a second arrival.
 constexpr std::size_t one_arrival_bytes = std::size_t{8} << 10;
+// With DISTCOMM_SHM_SINGLE_COPY=on, collectives of at least this many bytes read the peers'
+// buffers straight from their processes (single_copy.hpp): three arrivals and a system call per
+// peer and piece, against two copies of every byte through the staging areas. Off by default:
+// on the 2-core VM of docs/PERFORMANCE.md ("Single copy") process_vm_readv moves 12-14 GB/s
+// where memcpy moves 50-120 GB/s in cache, and the staged path wins at every size.
+constexpr std::size_t single_copy_bytes = std::size_t{256} << 10;
+// An allreduce folds what it reads of the peers in pieces of this many bytes per peer, so that
+// they are still in cache when folded (a quarter of that VM's 1 MiB L2).
+constexpr std::size_t single_copy_piece = std::size_t{256} << 10;
 // An arrival polls the peers' counters this many times, with a pause between, before it waits
 // the general way (await): about 1-10 us, by how long the processor's pause is.
 constexpr int quick_polls = 256;
@@ -152,6 +165,12 @@ struct shm_state {
   std::string own_name;                           // until unlinked
   bool connected = false;                         // every peer's segment mapped
   std::vector<const void*> inputs;  // a fold's inputs, one per rank (no allocation per call)
+  // Single copy (single_copy.hpp): taken by every rank or by none, decided at start-up; why not,
+  // where not; the peers' pieces an allreduce folds; the word the peers' probe reads.
+  bool single_copy = false;
+  std::string copy_path;
+  std::vector<unsigned char> pieces;
+  std::uint64_t probe_word = 0;
   bool aborted = false;
   std::string abort_reason;
   clock::time_point next_liveness_check{};  // of test()
@@ -560,6 +579,22 @@ struct shm_state {
   // Where chunk number `staged` goes: half 0 or 1 of every rank's area.
   int next_half() { return static_cast<int>(staged++ % 2); }
   unsigned char* area(int q, int half) { return of(q).area(half); }
+
+  // ---- single copy ----------------------------------------------------------------------------
+  // A collective that reads the peers' buffers: publish() this rank's before its first arrival,
+  // read them after it, and arrive once more after the last read, before any rank returns.
+  void publish(const void* in, const void* out) {
+    me().in_addr.store(reinterpret_cast<std::uintptr_t>(in), std::memory_order_relaxed);
+    me().out_addr.store(reinterpret_cast<std::uintptr_t>(out), std::memory_order_relaxed);
+  }
+  std::uint64_t input_of(int q) { return of(q).head().in_addr.load(std::memory_order_relaxed); }
+  std::uint64_t output_of(int q) { return of(q).head().out_addr.load(std::memory_order_relaxed); }
+  void read(int q, std::uint64_t from, void* to, std::size_t bytes) {
+    if (bytes != 0) shm::read_peer(of(q).head().pid, q, from, to, bytes);
+  }
+  unsigned char* piece(int q) {
+    return pieces.data() + static_cast<std::size_t>(q) * single_copy_piece;
+  }
 };
 
 }  // namespace detail
@@ -663,11 +698,21 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   opts.timeout = timeout;
   opts.ring_bytes =
       detail::setting_bytes(opts.ring_bytes, "DISTCOMM_SHM_RING", std::size_t{1} << 20, 4096);
-  // 1 MiB: a chunk and its reduction stay in cache (docs/PERFORMANCE.md, "Each backend's own
-  // defaults").
+  // 512 KiB: a chunk and its reduction stay in cache, half this VM's 1 MiB L2 (docs/PERFORMANCE.md,
+  // "Each backend's own defaults": ahead of 1 MiB by 5-15% at 1-128 MiB when memory was fast,
+  // 1.5-2x when it was slow, 2026-11-28).
   opts.chunk_bytes =
-      detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK", std::size_t{1} << 20,
+      detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK", std::size_t{512} << 10,
                             std::max<std::size_t>(4096, 64 * std::size_t(size)));
+  if (!opts.single_copy) {
+    const char* single = config::read_variable("DISTCOMM_SHM_SINGLE_COPY");
+    const std::string wanted = single != nullptr && *single != '\0' ? single : "off";
+    if (wanted != "on" && wanted != "off") {
+      throw invalid_argument_error("shm: DISTCOMM_SHM_SINGLE_COPY is '" + wanted +
+                                   "'; use on (where every rank may read every other) or off");
+    }
+    opts.single_copy = wanted == "on";
+  }
   if (!kv) {
     if (size != 1) {
       throw invalid_argument_error("shm: a world of " + std::to_string(size) +
@@ -695,6 +740,11 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   detail::shm::sweep_stale();
   s.own_name = detail::shm::fresh_name();
   s.of(rank) = detail::shm::segment::create(s.own_name, size, opts.ring_bytes, opts.chunk_bytes);
+  std::string no_single = *opts.single_copy ? "" : "off";
+  if (no_single.empty() && size > 1) no_single = detail::shm::allow_peer_reads();
+  s.probe_word = 0x5348434f50590000ULL ^ static_cast<std::uint64_t>(::getpid());  // "SHCOPY"
+  s.me().probe_addr = reinterpret_cast<std::uintptr_t>(&s.probe_word);
+  s.me().probe_value = s.probe_word;
   const std::string host = detail::shm::host_identity();
   const std::string pidns = detail::shm::pid_namespace();
   const std::string published = s.own_name + "\n" + host + "\n" + pidns;
@@ -751,10 +801,39 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
     s.of(q) = detail::shm::segment::open(names[static_cast<std::size_t>(q)], size, opts.ring_bytes,
                                          opts.chunk_bytes);
     s.watch[static_cast<std::size_t>(q)] = detail::shm::process_watch(s.of(q).head().pid);
+    const detail::shm::header& h = s.of(q).head();
+    if (no_single.empty()) no_single = detail::shm::probe_peer(h.pid, h.probe_addr, h.probe_value);
+  }
+  // Single copy where every rank wants it and may read every other: each says what it found.
+  if (size > 1) {
+    kv->set(s.prefix + "/copy/" + std::to_string(rank), bytes(no_single.begin(), no_single.end()));
   }
   // Once every rank has mapped every segment, the names can go: the memory lives as long as a
   // process maps it, and nothing is left in /dev/shm however the ranks end.
   if (size > 1) store_barrier(*kv, s.prefix + "/mapped", rank, size);
+  // A rank that does not want it needs no answer: the other ranks read its "off".
+  bool every_rank_may = size > 1 && no_single.empty();
+  for (int q = 0; q < size && every_rank_may; ++q) {
+    const bytes value = kv->get(s.prefix + "/copy/" + std::to_string(q));
+    const std::string why(value.begin(), value.end());
+    if (why.empty()) continue;
+    every_rank_may = false;
+    if (why != "off") {
+      s.copy_path =
+          "copy in/out (rank " + std::to_string(q) + " may not read its peers: " + why + ")";
+    }
+  }
+  s.single_copy = every_rank_may;
+  if (s.single_copy) {
+    s.copy_path = "single copy (process_vm_readv)";
+    s.pieces.resize(static_cast<std::size_t>(size) * detail::single_copy_piece);
+  } else if (s.copy_path.empty()) {
+    s.copy_path = "copy in/out";
+  }
+  if (rank == 0 && size > 1 && log_enabled(log_level::info)) {
+    log(log_level::info,
+        "shm: " + std::to_string(size) + " ranks, large collectives by " + s.copy_path);
+  }
   detail::shm::unlink(s.own_name);
   s.own_name.clear();
   s.connected = true;
@@ -851,6 +930,35 @@ void shm_backend::native_allreduce(const void* in, void* out, std::size_t count,
     if (op == reduce_op::avg) divide(dst, dst, count, t, p);
     return;
   }
+  if (s.single_copy && count * es >= detail::single_copy_bytes) {
+    // Rank r folds its slice of every rank's input, read in pieces that stay in cache, in rank
+    // order into its own output; all arrive; each reads the other slices from their owners'
+    // outputs. In place is fine: a rank writes only its own slice while the peers read the others.
+    s.publish(in, out);
+    s.arrive("native allreduce", until);
+    const block mine = partition(count, p, static_cast<std::size_t>(rank_));
+    const std::size_t piece = detail::single_copy_piece / es;
+    for (std::size_t off = mine.begin; off < mine.begin + mine.count; off += piece) {
+      const std::size_t n = std::min(piece, mine.begin + mine.count - off);
+      for (int q = 0; q < size_; ++q) {
+        if (q == rank_) {
+          inputs[static_cast<std::size_t>(q)] = src + off * es;
+        } else {
+          s.read(q, s.input_of(q) + off * es, s.piece(q), n * es);
+          inputs[static_cast<std::size_t>(q)] = s.piece(q);
+        }
+      }
+      fold(dst + off * es, inputs.data(), p, n, t, op);
+      if (op == reduce_op::avg) divide(dst + off * es, dst + off * es, n, t, p);
+    }
+    s.arrive("native allreduce", until);
+    for (int q = 0; q < size_; ++q) {
+      const block b = partition(count, p, static_cast<std::size_t>(q));
+      if (q != rank_) s.read(q, s.output_of(q) + b.begin * es, dst + b.begin * es, b.count * es);
+    }
+    s.arrive("native allreduce", until);
+    return;
+  }
   for (std::size_t off = 0; off < count; off += per) {
     const std::size_t n = std::min(per, count - off);
     const int half = s.next_half();
@@ -916,6 +1024,21 @@ void shm_backend::native_allgather(const void* in, void* out, std::size_t send_c
     if (in != out && send_count != 0) std::memcpy(out, in, send_count * es);
     return;
   }
+  if (s.single_copy && send_count * es * p >= detail::single_copy_bytes) {
+    // Every rank reads every peer's input straight into its output.
+    s.publish(in, out);
+    s.arrive("native allgather", until);
+    for (int q = 0; q < size_; ++q) {
+      unsigned char* to = dst + static_cast<std::size_t>(q) * send_count * es;
+      if (q != rank_) {
+        s.read(q, s.input_of(q), to, send_count * es);
+      } else if (to != src) {
+        std::memmove(to, src, send_count * es);
+      }
+    }
+    s.arrive("native allgather", until);
+    return;
+  }
   const std::size_t per = s.opts.chunk_bytes / es;
   for (std::size_t off = 0; off < send_count; off += per) {
     const std::size_t n = std::min(per, send_count - off);
@@ -934,6 +1057,13 @@ void shm_backend::native_broadcast(void* data, std::size_t count, dtype t, int r
   const std::size_t es = dtype_size(t);
   auto* buf = static_cast<unsigned char*>(data);
   shm_state& s = *state_;
+  if (s.single_copy && count * es >= detail::single_copy_bytes) {
+    s.publish(data, data);
+    s.arrive("native broadcast", until);
+    if (rank_ != root) s.read(root, s.input_of(root), buf, count * es);
+    s.arrive("native broadcast", until);
+    return;
+  }
   const std::size_t per = s.opts.chunk_bytes / es;
   for (std::size_t off = 0; off < count; off += per) {
     const std::size_t n = std::min(per, count - off);
@@ -941,6 +1071,60 @@ void shm_backend::native_broadcast(void* data, std::size_t count, dtype t, int r
     if (rank_ == root) std::memcpy(s.area(root, half), buf + off * es, n * es);
     s.arrive("native broadcast", until);
     if (rank_ != root) std::memcpy(buf + off * es, s.area(root, half), n * es);
+  }
+}
+
+void shm_backend::native_alltoall(const void* in, void* out, std::size_t block_count, dtype t,
+                                  deadline until) {
+  const std::size_t es = dtype_size(t);
+  const std::size_t block = block_count * es;
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  if (size_ == 1) {
+    if (block != 0) std::memcpy(dst, src, block);
+    return;
+  }
+  shm_state& s = *state_;
+  const std::size_t p = static_cast<std::size_t>(size_);
+  const std::size_t r = static_cast<std::size_t>(rank_);
+  if (s.single_copy && block * p >= detail::single_copy_bytes) {
+    // Every rank reads its block of every peer's input straight into its output.
+    s.publish(in, out);
+    s.arrive("native alltoall", until);
+    for (std::size_t q = 0; q < p; ++q) {
+      if (q == r) {
+        std::memcpy(dst + r * block, src + r * block, block);
+      } else {
+        s.read(static_cast<int>(q), s.input_of(static_cast<int>(q)) + r * block, dst + q * block,
+               block);
+      }
+    }
+    s.arrive("native alltoall", until);
+    return;
+  }
+  // Staged: this rank's own block copied once, straight (after the first arrival, which settles
+  // a deferred agreement: nothing is written before it); per chunk, the same piece of every
+  // other block, the one for rank q in slot q (q < r) or q - 1 (q > r) of the area. Rank r takes
+  // its piece from slot r or r - 1 of every other area.
+  const auto slot = [](std::size_t to, std::size_t from) { return to < from ? to : to - 1; };
+  const std::size_t per = s.opts.chunk_bytes / ((p - 1) * es);
+  for (std::size_t off = 0; off < block_count; off += per) {
+    const std::size_t n = std::min(per, block_count - off);
+    const int half = s.next_half();
+    unsigned char* mine = s.area(rank_, half);
+    for (std::size_t q = 0; q < p; ++q) {
+      if (q != r) {
+        std::memcpy(mine + slot(q, r) * n * es, src + (q * block_count + off) * es, n * es);
+      }
+    }
+    s.arrive("native alltoall", until);
+    if (off == 0) std::memcpy(dst + r * block, src + r * block, block);
+    for (std::size_t q = 0; q < p; ++q) {
+      if (q != r) {
+        std::memcpy(dst + (q * block_count + off) * es,
+                    s.area(static_cast<int>(q), half) + slot(r, q) * n * es, n * es);
+      }
+    }
   }
 }
 
@@ -962,6 +1146,8 @@ void shm_backend::native_leave(const check::agreement& notice) noexcept {
   shm_state& s = *state_;
   if (size_ > 1 && s.connected && !s.aborted) s.leave(notice);
 }
+
+const std::string& shm_backend::copy_path() const { return state_->copy_path; }
 
 std::shared_ptr<store> shm_backend::group_store() const {
   std::shared_ptr<store> kv = state_->kv.lock();

@@ -11,7 +11,8 @@
 // A dead peer is noticed through a pidfd (Linux 5.3; the kernel says when a process has exited,
 // whatever the cause, at no cost until asked) at every wake-up of a waiter, at least every 10 ms.
 // Settings (README): DISTCOMM_SHM_RING (bytes per ordered pair, default 1 MiB), DISTCOMM_SHM_CHUNK
-// (bytes per rank for the collectives, default 1 MiB).
+// (bytes per rank for the collectives, default 512 KiB), DISTCOMM_SHM_SINGLE_COPY (on: the large
+// collectives read the peers' buffers straight from their processes where every rank may).
 #pragma once
 
 #include <chrono>
@@ -71,8 +72,12 @@ struct shm_options {
   // Bytes of each ordered pair's ring; 0: DISTCOMM_SHM_RING, else 1 MiB.
   std::size_t ring_bytes = 0;
   // Bytes per rank the collectives stage at a time (twice, double-buffered); 0:
-  // DISTCOMM_SHM_CHUNK, else 1 MiB.
+  // DISTCOMM_SHM_CHUNK, else 512 KiB.
   std::size_t chunk_bytes = 0;
+  // Whether the large collectives may read the peers' buffers straight from their processes
+  // (taken only where every rank wants it and may: copy_path()). Unset: DISTCOMM_SHM_SINGLE_COPY
+  // (off unless "on").
+  std::optional<bool> single_copy;
   // Keys of this communicator live under `prefix/` in the store; empty: a fresh prefix from a
   // store counter, so several communicators on one store do not clash.
   std::string prefix;
@@ -130,6 +135,7 @@ class shm_backend {
                              reduce_op op, deadline until);
   void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
+  void native_alltoall(const void* in, void* out, std::size_t block_count, dtype t, deadline until);
   void native_barrier(deadline until);
   // The ranks' agreement before each collective (DISTCOMM_MISMATCH_CHECK, check/agree.hpp)
   // through the segments: every rank's fingerprints merged into `state` at the cost of one
@@ -150,6 +156,10 @@ class shm_backend {
   // (communicator::shrink agrees there on the survivors); invalid_argument_error when the store
   // is gone.
   std::shared_ptr<store> group_store() const;
+
+  // How the large collectives move data, decided at start-up alike on every rank: "single copy
+  // (process_vm_readv)", or "copy in/out" with the reason where single copy is not allowed.
+  const std::string& copy_path() const;
 
  private:
   std::shared_ptr<detail::shm_state> state_;
