@@ -29,7 +29,10 @@
 // communicator); then such messages (the mismatch check's departure notices) are not sent. A
 // backend whose message cost grows with size at a few hundred bytes declares `static constexpr
 // std::size_t carried_bytes` below the default 4 KiB: the largest allreduce the call check carries
-// in its own messages (check/carried.hpp).
+// in its own messages (check/carried.hpp). A backend whose native_alltoallv compares every
+// pair's counts itself, raising the same mismatch_error on every rank before it writes anything,
+// declares `static constexpr bool native_alltoallv_checks_counts = true`; the strategies then skip
+// their own rounds for it.
 //
 // Memory. A backend moves host memory, or CUDA memory when its traits say
 // `.moves(memory_kind::cuda)` (NCCL; a backend without traits declares `static constexpr bool
@@ -189,6 +192,12 @@ struct unreceived_messages_ok : std::true_type {};
 template <class B>
 struct unreceived_messages_ok<B, std::void_t<decltype(B::unreceived_messages_ok)>>
     : std::bool_constant<B::unreceived_messages_ok> {};
+
+template <class, class = void>
+struct native_alltoallv_checks_counts : std::false_type {};
+template <class B>
+struct native_alltoallv_checks_counts<B, std::void_t<decltype(B::native_alltoallv_checks_counts)>>
+    : std::bool_constant<B::native_alltoallv_checks_counts> {};
 
 template <class, class = void>
 struct native_is_deterministic : std::false_type {};

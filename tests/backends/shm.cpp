@@ -149,6 +149,59 @@ TEST_CASE("shm: native alltoall, small blocks") {
   }
 }
 
+// alltoallv through the segments: skewed messages from empty to several chunks, and a count
+// one apart on one pair, named alike on every rank before anything is written.
+TEST_CASE("shm: native alltoallv, skewed, and its counts checked") {
+  distcomm::shm_backend b(*the_job, the_options);
+  const auto until = distcomm::deadline_after(std::chrono::seconds(60));
+  const int r = the_job->world.rank, p = the_job->world.size;
+  const auto pp = static_cast<std::size_t>(p);
+  // Rank q sends (q + 1) * (d + 2) * unit floats to rank d, none when q + d is 3.
+  const auto count = [](std::size_t q, std::size_t d, std::size_t unit) {
+    return q + d == 3 ? 0 : (q + 1) * (d + 2) * unit;
+  };
+  for (std::size_t unit : {std::size_t{1}, std::size_t{3000}, std::size_t{70000}}) {
+    std::vector<std::size_t> sc(pp), sd(pp), rc(pp), rd(pp);
+    std::size_t sent = 0, received = 0;
+    for (std::size_t q = 0; q < pp; ++q) {
+      sc[q] = count(static_cast<std::size_t>(r), q, unit);
+      sd[q] = sent;
+      sent += sc[q];
+      rc[q] = count(q, static_cast<std::size_t>(r), unit);
+      rd[q] = received;
+      received += rc[q];
+    }
+    std::vector<float> in(sent), out(received + 1, -1.0f);
+    for (std::size_t q = 0; q < pp; ++q) {
+      for (std::size_t i = 0; i < sc[q]; ++i) in[sd[q] + i] = static_cast<float>(r * 10 + q) + i;
+    }
+    b.native_alltoallv(in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(),
+                       distcomm::dtype::f32, until);
+    std::size_t wrong = 0;
+    for (std::size_t q = 0; q < pp; ++q) {
+      for (std::size_t i = 0; i < rc[q]; ++i) {
+        wrong += out[rd[q] + i] != static_cast<float>(q * 10 + static_cast<std::size_t>(r)) + i;
+      }
+    }
+    CHECK_MESSAGE(wrong == 0, "unit " << unit);
+    CHECK(out[received] == -1.0f);
+    if (unit != 3000 || p < 2) continue;
+    // Rank 1 expects one element fewer from rank 0 than rank 0 sends.
+    if (r == 1) --rc[0];
+    std::fill(out.begin(), out.end(), -1.0f);
+    try {
+      b.native_alltoallv(in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(),
+                         distcomm::dtype::f32, until);
+      FAIL("no mismatch_error");
+    } catch (const distcomm::mismatch_error& e) {
+      CHECK(std::string(e.what()).find("rank 0") != std::string::npos);
+      CHECK(std::string(e.what()).find("rank 1") != std::string::npos);
+    }
+    CHECK(std::count(out.begin(), out.end(), -1.0f) == static_cast<std::ptrdiff_t>(out.size()));
+  }
+  b.native_barrier(until);  // usable after the mismatch
+}
+
 TYPE_TO_STRING_AS("shm", shm_env);
 #define DISTCOMM_SUITE_ENVS shm_env
 #include "suite.hpp"

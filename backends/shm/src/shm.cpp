@@ -1128,6 +1128,84 @@ void shm_backend::native_alltoall(const void* in, void* out, std::size_t block_c
   }
 }
 
+void shm_backend::native_alltoallv(const void* in, const std::size_t* send_counts,
+                                   const std::size_t* send_displs, void* out,
+                                   const std::size_t* recv_counts, const std::size_t* recv_displs,
+                                   dtype t, deadline until) {
+  const std::size_t es = dtype_size(t);
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  const std::size_t p = static_cast<std::size_t>(size_);
+  const std::size_t r = static_cast<std::size_t>(rank_);
+  if (size_ == 1) {
+    if (send_counts[0] != recv_counts[0]) {
+      throw mismatch_error(check::counts_mismatch_message(0, 0, send_counts[0], recv_counts[0]));
+    }
+    if (send_counts[0] != 0) {
+      std::memmove(dst + recv_displs[0] * es, src + send_displs[0] * es, send_counts[0] * es);
+    }
+    return;
+  }
+  shm_state& s = *state_;
+  // A chunk's area: this rank's counts (send to each rank, then receive from each, 2p words; in
+  // the first chunk only), then a slot of `per` bytes for each other rank, that of rank q at slot
+  // q (q < r) or q - 1 (q > r), holding the next piece of the message to it. The slots follow
+  // the counts unpadded: at 2 ranks a small message shares their cache line.
+  const std::size_t table = 2 * p * sizeof(std::uint64_t);
+  const std::size_t per = (s.opts.chunk_bytes - table) / (p - 1) / es * es;
+  const auto slot = [](std::size_t to, std::size_t from) { return to < from ? to : to - 1; };
+  std::size_t chunks = 1;  // every rank learns the same number from every rank's counts
+  for (std::size_t k = 0; k < chunks; ++k) {
+    const std::size_t off = k * per;  // bytes into each message
+    const int half = s.next_half();
+    unsigned char* mine = s.area(rank_, half);
+    if (k == 0) {
+      auto* words = reinterpret_cast<std::uint64_t*>(mine);
+      for (std::size_t q = 0; q < p; ++q) {
+        words[q] = send_counts[q];
+        words[p + q] = recv_counts[q];
+      }
+    }
+    for (std::size_t q = 0; q < p; ++q) {
+      const std::size_t bytes = send_counts[q] * es;
+      if (q != r && bytes > off) {
+        std::memcpy(mine + table + slot(q, r) * per, src + send_displs[q] * es + off,
+                    std::min(per, bytes - off));
+      }
+    }
+    s.arrive("native alltoallv", until);
+    if (k == 0) {
+      std::uint64_t most = 0;
+      for (std::size_t to = 0; to < p; ++to) {
+        const auto* theirs =
+            reinterpret_cast<const std::uint64_t*>(s.area(static_cast<int>(to), half));
+        for (std::size_t from = 0; from < p; ++from) {
+          const auto* sender =
+              reinterpret_cast<const std::uint64_t*>(s.area(static_cast<int>(from), half));
+          const std::uint64_t sent = sender[to];
+          const std::uint64_t expected = theirs[p + from];
+          if (sent != expected) {
+            throw mismatch_error(check::counts_mismatch_message(from, to, sent, expected));
+          }
+          if (from != to) most = std::max<std::uint64_t>(most, sent * es);
+        }
+      }
+      chunks = std::max<std::size_t>(1, (most + per - 1) / per);
+      if (send_counts[r] != 0) {
+        std::memmove(dst + recv_displs[r] * es, src + send_displs[r] * es, send_counts[r] * es);
+      }
+    }
+    for (std::size_t q = 0; q < p; ++q) {
+      const std::size_t bytes = recv_counts[q] * es;
+      if (q != r && bytes > off) {
+        std::memcpy(dst + recv_displs[q] * es + off,
+                    s.area(static_cast<int>(q), half) + table + slot(r, q) * per,
+                    std::min(per, bytes - off));
+      }
+    }
+  }
+}
+
 void shm_backend::native_barrier(deadline until) {
   if (size_ > 1) state_->arrive("native barrier", until);
 }

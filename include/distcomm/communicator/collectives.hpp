@@ -143,34 +143,34 @@ class collectives {
     check_view("alltoallv output", out);
     check_same_type("alltoallv", in, out);
     check_disjoint("alltoallv", in, out);
-    std::vector<std::size_t> sc(send_counts.begin(), send_counts.end());
-    std::vector<std::size_t> rc(recv_counts.begin(), recv_counts.end());
-    std::vector<std::size_t> sd = layout_of("alltoallv", "send", sc, send_displs, in.count, size());
-    std::vector<std::size_t> rd =
-        layout_of("alltoallv", "recv", rc, recv_displs, out.count, size());
+    // One buffer, [send counts | recv counts | send displs | recv displs]; its first 2p words are
+    // also the counts that ride in the call check's exchange where they fit (check/carried.hpp),
+    // as 64-bit words. It moves into the body with the carried call pointing into it.
+    static_assert(sizeof(std::size_t) == sizeof(std::uint64_t), "counts travel as 64-bit words");
+    const auto p = static_cast<std::size_t>(size());
+    std::vector<std::size_t> layout(4 * p);
+    layout_of("alltoallv", "send", send_counts, send_displs, in.count, size(), &layout[2 * p]);
+    layout_of("alltoallv", "recv", recv_counts, recv_displs, out.count, size(), &layout[3 * p]);
+    std::copy(send_counts.begin(), send_counts.end(), layout.begin());
+    std::copy(recv_counts.begin(), recv_counts.end(), layout.begin() + static_cast<long>(p));
     const auto me = static_cast<std::size_t>(rank());
-    if (sc[me] != rc[me]) {
+    if (layout[me] != layout[p + me]) {
       throw invalid_argument_error("alltoallv: rank " + std::to_string(rank()) + " sends " +
-                                   std::to_string(sc[me]) + " elements to itself but expects " +
-                                   std::to_string(rc[me]));
+                                   std::to_string(layout[me]) + " elements to itself but expects " +
+                                   std::to_string(layout[p + me]));
     }
-    // The counts ride in the call check's exchange where they fit (check/carried.hpp): the send
-    // counts, then the receive counts. The carried call points into `both`, whose heap buffer
-    // moves into the body with it.
-    std::vector<std::uint64_t> both(sc.begin(), sc.end());
-    both.insert(both.end(), rc.begin(), rc.end());
-    const check::carried_call counts{check::carried_call::collective::alltoallv_counts, both.data(),
-                                     nullptr, both.size(), dtype::i64};
+    const check::carried_call counts{check::carried_call::collective::alltoallv_counts,
+                                     layout.data(), nullptr, 2 * p, dtype::i64};
     return make_call(
         "alltoallv", fingerprint(check::call_kind::alltoallv, 0, in.type),
-        [in, out, sc = std::move(sc), rc = std::move(rc), sd = std::move(sd), rd = std::move(rd),
-         both = std::move(both)](State& s, deadline until) {
+        [in, out, p, layout = std::move(layout)](State& s, deadline until) {
+          const std::size_t* sc = layout.data();
           if constexpr (takes_agreed_counts<decltype(s.strategy), decltype(s.backend)>::value) {
-            s.strategy.alltoallv(s.backend, in.data, sc.data(), sd.data(), out.data, rc.data(),
-                                 rd.data(), in.type, until, s.check.counts_agreed());
+            s.strategy.alltoallv(s.backend, in.data, sc, sc + 2 * p, out.data, sc + p, sc + 3 * p,
+                                 in.type, until, s.check.counts_agreed());
           } else {
-            s.strategy.alltoallv(s.backend, in.data, sc.data(), sd.data(), out.data, rc.data(),
-                                 rd.data(), in.type, until);
+            s.strategy.alltoallv(s.backend, in.data, sc, sc + 2 * p, out.data, sc + p, sc + 3 * p,
+                                 in.type, until);
           }
         },
         counts);
@@ -182,7 +182,8 @@ class collectives {
     check_view("allgatherv output", out);
     check_same_type("allgatherv", in, out);
     std::vector<std::size_t> c(counts.begin(), counts.end());
-    std::vector<std::size_t> d = layout_of("allgatherv", "", c, displs, out.count, size());
+    std::vector<std::size_t> d(static_cast<std::size_t>(size()));
+    layout_of("allgatherv", "", counts, displs, out.count, size(), d.data());
     const auto me = static_cast<std::size_t>(rank());
     if (in.count != c[me]) {
       throw invalid_argument_error("allgatherv: input has " + std::to_string(in.count) +

@@ -100,36 +100,34 @@ inline void check_peer(const char* what, int peer, int tag, int rank, int size) 
   }
 }
 
-// The displacements of `counts` (one per rank of `size`) in a buffer of `capacity` elements:
-// `displs` as given, or the blocks packed in rank order without them. Each block must fit.
-inline std::vector<std::size_t> layout_of(const char* what, const char* side,
-                                          const std::vector<std::size_t>& counts,
-                                          span<const std::size_t> displs, std::size_t capacity,
-                                          int size) {
-  const std::string name = std::string(what) + ": " + side + (*side ? "_" : "");
+// The displacements of `counts` (one per rank of `size`) in a buffer of `capacity` elements,
+// written to `d` (room for `size`): `displs` as given, or the blocks packed in rank order without
+// them. Each block must fit.
+inline void layout_of(const char* what, const char* side, span<const std::size_t> counts,
+                      span<const std::size_t> displs, std::size_t capacity, int size,
+                      std::size_t* d) {
+  const auto name = [&] { return std::string(what) + ": " + side + (*side ? "_" : ""); };
   const auto p = static_cast<std::size_t>(size);
   if (counts.size() != p) {
-    throw invalid_argument_error(name + "counts has " + std::to_string(counts.size()) +
+    throw invalid_argument_error(name() + "counts has " + std::to_string(counts.size()) +
                                  " entries, expected one per rank (" + std::to_string(p) + ")");
   }
   if (!displs.empty() && displs.size() != p) {
-    throw invalid_argument_error(name + "displs has " + std::to_string(displs.size()) +
+    throw invalid_argument_error(name() + "displs has " + std::to_string(displs.size()) +
                                  " entries, expected none or one per rank (" + std::to_string(p) +
                                  ")");
   }
-  std::vector<std::size_t> d(p);
   std::size_t next = 0;
   for (std::size_t q = 0; q < p; ++q) {
     d[q] = displs.empty() ? next : displs[q];
     if (counts[q] > capacity || d[q] > capacity - counts[q]) {
-      throw invalid_argument_error(name + "counts[" + std::to_string(q) +
+      throw invalid_argument_error(name() + "counts[" + std::to_string(q) +
                                    "] = " + std::to_string(counts[q]) + " elements at " +
                                    std::to_string(d[q]) + " do not fit in the buffer of " +
                                    std::to_string(capacity) + " elements");
     }
     next = d[q] + counts[q];
   }
-  return d;
 }
 
 // count x size, refused where it overflows.

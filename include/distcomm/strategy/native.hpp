@@ -99,14 +99,16 @@ class native {
 
   // The backend's own (MPI_Alltoallv) once the ranks agree on the counts, which MPI does not
   // check (a receiver expecting more than is sent would keep stale data), else pairwise.
-  // `counts_agreed`: the call check's exchange compared them already (check/carried.hpp).
+  // `counts_agreed`: the call check's exchange compared them already (check/carried.hpp), or the
+  // backend's own alltoallv compares them (shm: native_alltoallv_checks_counts).
   template <class B>
   void alltoallv(B& b, const void* in, const std::size_t* send_counts,
                  const std::size_t* send_displs, void* out, const std::size_t* recv_counts,
                  const std::size_t* recv_displs, dtype t, deadline until,
                  bool counts_agreed = false) {
     if constexpr (distcomm::detail::has_native_alltoallv<B>::value) {
-      if (b.size() > 1 && !counts_agreed) {
+      if (b.size() > 1 && !counts_agreed &&
+          !distcomm::detail::native_alltoallv_checks_counts<B>::value) {
         detail::agree_on_counts(b, detail::exchange_layout{send_counts, send_displs, 0},
                                 detail::exchange_layout{recv_counts, recv_displs, 0}, until);
       }

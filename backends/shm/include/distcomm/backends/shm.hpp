@@ -136,6 +136,12 @@ class shm_backend {
   void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_alltoall(const void* in, void* out, std::size_t block_count, dtype t, deadline until);
+  // Every rank's counts travel with its first chunk: each rank compares every pair and all raise
+  // the same mismatch_error before anything is written (native_alltoallv_checks_counts).
+  void native_alltoallv(const void* in, const std::size_t* send_counts,
+                        const std::size_t* send_displs, void* out, const std::size_t* recv_counts,
+                        const std::size_t* recv_displs, dtype t, deadline until);
+  static constexpr bool native_alltoallv_checks_counts = true;
   void native_barrier(deadline until);
   // The ranks' agreement before each collective (DISTCOMM_MISMATCH_CHECK, check/agree.hpp)
   // through the segments: every rank's fingerprints merged into `state` at the cost of one
