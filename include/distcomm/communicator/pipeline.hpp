@@ -18,6 +18,7 @@
 #include "distcomm/backend.hpp"
 #include "distcomm/check/agree.hpp"
 #include "distcomm/communicator/traits.hpp"
+#include "distcomm/core/coarse_clock.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/strategy/algorithms/exchange.hpp"
 #include "distcomm/trace/flight_recorder.hpp"
@@ -145,7 +146,7 @@ struct pipeline {
                       trace::flight_recorder::time_point posted, check::carried_call* carried,
                       bool agreed) {
     refuse_after_failure(s, what);
-    const deadline started = clock::now();  // the deadline's and the recorder's
+    const deadline started = coarse_now();  // the deadline's and the recorder's
     const deadline until = deadline_after(started, s.cfg.timeout);
     const span_on_exit traced{s, what, fp};
     // Through one function that is not a template (the recorder's), so that each collective's

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "distcomm/check/fingerprint.hpp"
+#include "distcomm/core/coarse_clock.hpp"
 
 namespace distcomm::trace {
 
@@ -56,7 +57,8 @@ class flight_recorder {
   flight_recorder(const flight_recorder&) = delete;
   flight_recorder& operator=(const flight_recorder&) = delete;
 
-  static time_point now() { return std::chrono::steady_clock::now(); }
+  // To the kernel's tick (core/coarse_clock.hpp): the recorder reasons in seconds.
+  static time_point now() { return coarse_now(); }
 
   // Runs call(context) as one collective, recorded by `r` (none when null): number `seq`,
   // posted at `posted` (none: when it started), started at `started`, then completed, or failed
