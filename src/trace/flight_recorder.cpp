@@ -200,7 +200,7 @@ std::uint64_t flight_recorder::start(std::uint64_t seq, const char* what,
                                      const check::call_fingerprint& fp, time_point posted,
                                      time_point started) {
   const time_point t = started;
-  const std::lock_guard<std::mutex> lock(mu_);
+  const std::lock_guard<spin_lock> lock(mu_);
   const std::uint64_t slot = next_++;
   entry& e = ring_[slot % ring_.size()];
   e.seq = seq;
@@ -231,7 +231,7 @@ void flight_recorder::finish(std::uint64_t slot, const std::exception& error,
 
 void flight_recorder::end(std::uint64_t slot, state st, const char* kind, const std::string& text) {
   const time_point t = now();
-  const std::lock_guard<std::mutex> lock(mu_);
+  const std::lock_guard<spin_lock> lock(mu_);
   if (next_ - slot > ring_.size()) return;  // overwritten since
   entry& e = ring_[slot % ring_.size()];
   e.st = st;
@@ -241,7 +241,7 @@ void flight_recorder::end(std::uint64_t slot, state st, const char* kind, const 
 }
 
 std::vector<flight_recorder::entry> flight_recorder::entries() const {
-  const std::lock_guard<std::mutex> lock(mu_);
+  const std::lock_guard<spin_lock> lock(mu_);
   std::vector<entry> out;
   const std::uint64_t n = std::min<std::uint64_t>(next_, ring_.size());
   for (std::uint64_t i = next_ - n; i < next_; ++i) out.push_back(ring_[i % ring_.size()]);
@@ -249,7 +249,7 @@ std::vector<flight_recorder::entry> flight_recorder::entries() const {
 }
 
 std::uint64_t flight_recorder::recorded() const {
-  const std::lock_guard<std::mutex> lock(mu_);
+  const std::lock_guard<spin_lock> lock(mu_);
   return next_;
 }
 

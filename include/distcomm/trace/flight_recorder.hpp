@@ -10,6 +10,7 @@
 // ranks diverged on and the ranks that were behind (docs/FAULTS.md, "Hang forensics").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distcomm/check/fingerprint.hpp"
@@ -88,7 +90,22 @@ class flight_recorder {
 
  private:
   void end(std::uint64_t slot, state st, const char* kind, const std::string& text);
-  mutable std::mutex mu_;
+  // Taken twice per collective by the calling thread, by anyone else only to dump: a spin lock
+  // (an exchange to take it, a plain store to give it back, where std::mutex's unlock is a second
+  // exchange), yielding while a dump holds it.
+  class spin_lock {
+   public:
+    void lock() noexcept {
+      while (taken_.exchange(true, std::memory_order_acquire)) {
+        while (taken_.load(std::memory_order_relaxed)) std::this_thread::yield();
+      }
+    }
+    void unlock() noexcept { taken_.store(false, std::memory_order_release); }
+
+   private:
+    std::atomic<bool> taken_{false};
+  };
+  mutable spin_lock mu_;
   identity id_;
   std::vector<entry> ring_;
   std::uint64_t next_ = 0;  // entries recorded so far; slot n is ring_[n % capacity]
