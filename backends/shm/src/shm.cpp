@@ -579,6 +579,9 @@ struct shm_state {
   // Where chunk number `staged` goes: half 0 or 1 of every rank's area.
   int next_half() { return static_cast<int>(staged++ % 2); }
   unsigned char* area(int q, int half) { return of(q).area(half); }
+  // alltoall(v) staging: where in rank `from`'s area its piece for rank `to` goes, among the
+  // p - 1 pieces for the other ranks (slot `to` below `from`, `to` - 1 above).
+  static std::size_t slot(std::size_t to, std::size_t from) { return to < from ? to : to - 1; }
 
   // ---- single copy ----------------------------------------------------------------------------
   // A collective that reads the peers' buffers: publish() this rank's before its first arrival,
@@ -1104,9 +1107,8 @@ void shm_backend::native_alltoall(const void* in, void* out, std::size_t block_c
   }
   // Staged: this rank's own block copied once, straight (after the first arrival, which settles
   // a deferred agreement: nothing is written before it); per chunk, the same piece of every
-  // other block, the one for rank q in slot q (q < r) or q - 1 (q > r) of the area. Rank r takes
-  // its piece from slot r or r - 1 of every other area.
-  const auto slot = [](std::size_t to, std::size_t from) { return to < from ? to : to - 1; };
+  // other block, each in its slot of the area (shm_state::slot).
+  const auto slot = &shm_state::slot;
   const std::size_t per = s.opts.chunk_bytes / ((p - 1) * es);
   for (std::size_t off = 0; off < block_count; off += per) {
     const std::size_t n = std::min(per, block_count - off);
@@ -1148,12 +1150,12 @@ void shm_backend::native_alltoallv(const void* in, const std::size_t* send_count
   }
   shm_state& s = *state_;
   // A chunk's area: this rank's counts (send to each rank, then receive from each, 2p words; in
-  // the first chunk only), then a slot of `per` bytes for each other rank, that of rank q at slot
-  // q (q < r) or q - 1 (q > r), holding the next piece of the message to it. The slots follow
-  // the counts unpadded: at 2 ranks a small message shares their cache line.
+  // the first chunk only), then a slot of `per` bytes for each other rank (shm_state::slot),
+  // holding the next piece of the message to it. The slots follow the counts unpadded: at 2
+  // ranks a small message shares their cache line.
   const std::size_t table = 2 * p * sizeof(std::uint64_t);
   const std::size_t per = (s.opts.chunk_bytes - table) / (p - 1) / es * es;
-  const auto slot = [](std::size_t to, std::size_t from) { return to < from ? to : to - 1; };
+  const auto slot = &shm_state::slot;
   std::size_t chunks = 1;  // every rank learns the same number from every rank's counts
   for (std::size_t k = 0; k < chunks; ++k) {
     const std::size_t off = k * per;  // bytes into each message
@@ -1175,19 +1177,16 @@ void shm_backend::native_alltoallv(const void* in, const std::size_t* send_count
     }
     s.arrive("native alltoallv", until);
     if (k == 0) {
-      std::uint64_t most = 0;
-      for (std::size_t to = 0; to < p; ++to) {
-        const auto* theirs =
-            reinterpret_cast<const std::uint64_t*>(s.area(static_cast<int>(to), half));
-        for (std::size_t from = 0; from < p; ++from) {
-          const auto* sender =
-              reinterpret_cast<const std::uint64_t*>(s.area(static_cast<int>(from), half));
-          const std::uint64_t sent = sender[to];
-          const std::uint64_t expected = theirs[p + from];
-          if (sent != expected) {
-            throw mismatch_error(check::counts_mismatch_message(from, to, sent, expected));
-          }
-          if (from != to) most = std::max<std::uint64_t>(most, sent * es);
+      const auto table_of = [&](std::size_t q) {
+        return reinterpret_cast<const std::uint64_t*>(s.area(static_cast<int>(q), half));
+      };
+      check::compare_counts(
+          p, [&](std::size_t from, std::size_t to) { return table_of(from)[to]; },
+          [&](std::size_t to, std::size_t from) { return table_of(to)[p + from]; });
+      std::uint64_t most = 0;  // the largest message between two ranks, in bytes
+      for (std::size_t from = 0; from < p; ++from) {
+        for (std::size_t to = 0; to < p; ++to) {
+          if (from != to) most = std::max<std::uint64_t>(most, table_of(from)[to] * es);
         }
       }
       chunks = std::max<std::size_t>(1, (most + per - 1) / per);

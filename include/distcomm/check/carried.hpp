@@ -147,9 +147,8 @@ class contributions {
       }
     }
   }
-  // alltoallv: every rank holds every rank's send and receive counts, so every rank finds the same
-  // first disagreement (the lowest receiver's, from its lowest sender) and raises the same
-  // mismatch_error, before any data moved.
+  // alltoallv: every rank holds every rank's send and receive counts, so every rank raises the
+  // same mismatch_error where they disagree (compare_counts), before any data moved.
   void check_counts() const {
     const auto p = static_cast<std::size_t>(p_);
     const auto word = [&](std::size_t rank, std::size_t i) {
@@ -157,14 +156,9 @@ class contributions {
       std::memcpy(&w, known_[rank] + i * sizeof w, sizeof w);
       return w;
     };
-    for (std::size_t to = 0; to < p; ++to) {
-      for (std::size_t from = 0; from < p; ++from) {
-        const std::uint64_t sent = word(from, to);
-        const std::uint64_t expected = word(to, p + from);
-        if (from == to || sent == expected) continue;
-        throw mismatch_error(counts_mismatch_message(from, to, sent, expected));
-      }
-    }
+    compare_counts(
+        p, [&](std::size_t from, std::size_t to) { return word(from, to); },
+        [&](std::size_t to, std::size_t from) { return word(to, p + from); });
   }
 
   // Rank r's result from every rank's contribution (carried_call).

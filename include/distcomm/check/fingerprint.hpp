@@ -142,6 +142,21 @@ std::string late_start_message(const char* what, int rank, std::uint64_t seq, do
 std::string counts_mismatch_message(std::uint64_t from, std::uint64_t to, std::uint64_t sent,
                                     std::uint64_t expected);
 
+// alltoallv's counts compared pair by pair in the same order on every rank (the lowest receiver,
+// from its lowest sender), so that every rank holding every rank's counts raises the same
+// mismatch_error: `sent(from, to)` is what rank `from` sends to rank `to`, `expected(to, from)`
+// what rank `to` expects from it.
+template <class Sent, class Expected>
+void compare_counts(std::size_t p, Sent sent, Expected expected) {
+  for (std::size_t to = 0; to < p; ++to) {
+    for (std::size_t from = 0; from < p; ++from) {
+      const std::uint64_t s = sent(from, to);
+      const std::uint64_t e = expected(to, from);
+      if (s != e) throw mismatch_error(counts_mismatch_message(from, to, s, e));
+    }
+  }
+}
+
 // "1st", "2nd", "3rd", "4th", ..., "11th", "21st".
 std::string ordinal(std::uint64_t n);
 
