@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,29 @@ TEST_CASE("shm: single copy gives the staged path's bits") {
         static_cast<std::ptrdiff_t>(data.size()));
   single.native_barrier(until);
   staged.native_barrier(until);
+}
+
+// DISTCOMM_SHM_SINGLE_COPY: on or off, anything else refused before the store is touched.
+TEST_CASE("shm: DISTCOMM_SHM_SINGLE_COPY is read, and a bad value named") {
+  const char* before = std::getenv("DISTCOMM_SHM_SINGLE_COPY");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("DISTCOMM_SHM_SINGLE_COPY", "maybe", 1);
+  try {
+    distcomm::shm_backend b(*the_job, the_options);
+    FAIL("a bad DISTCOMM_SHM_SINGLE_COPY was accepted");
+  } catch (const distcomm::invalid_argument_error& e) {
+    CHECK(std::string(e.what()).find("DISTCOMM_SHM_SINGLE_COPY is 'maybe'") != std::string::npos);
+  }
+  ::setenv("DISTCOMM_SHM_SINGLE_COPY", "off", 1);
+  {
+    distcomm::shm_backend b(*the_job, the_options);
+    CHECK(b.copy_path() == "copy in/out");
+  }
+  if (before != nullptr) {
+    ::setenv("DISTCOMM_SHM_SINGLE_COPY", saved.c_str(), 1);
+  } else {
+    ::unsetenv("DISTCOMM_SHM_SINGLE_COPY");
+  }
 }
 
 // The small alltoall goes through the staging areas in one arrival.
