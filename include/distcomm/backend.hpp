@@ -23,16 +23,21 @@
 // a small send nobody waits for: the bytes are copied at once and delivered in order with the
 // sender's other messages on that tag, even after the backend object is gone (the local
 // backend's ranks share a world that outlives it). Without it, such a send is an isend waited for
-// a moment: on a network transport small messages leave at once. A backend on which a message
+// a moment: on a network transport small messages leave at once. A backend may offer
+//   [[nodiscard]] B::request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
+//                                        int peer, tag_t tag);
+// a receive that takes a message of any size up to `capacity` and, once complete, writes its size
+// to *got (a larger message fails with mismatch_error): the call check's messages then have the
+// size of what they carry (check/carried.hpp). A backend on which a message
 // nobody receives is an error declares `static constexpr bool unreceived_messages_ok = false`
 // (MPI: Open MPI reuses a freed communicator's context id and delivers the message into the next
 // communicator); then such messages (the mismatch check's departure notices) are not sent. A
-// backend whose message cost grows with size at a few hundred bytes declares `static constexpr
-// std::size_t carried_bytes` below the default 4 KiB: the largest allreduce the call check carries
-// in its own messages (check/carried.hpp). A backend whose native_alltoallv compares every
-// pair's counts itself, raising the same mismatch_error on every rank before it writes anything,
-// declares `static constexpr bool native_alltoallv_checks_counts = true`; the strategies then skip
-// their own rounds for it.
+// backend without irecv_up_to whose message cost grows with size at a few hundred bytes declares
+// `static constexpr std::size_t carried_bytes` below the default 4 KiB: the largest allreduce the
+// call check carries in its own messages (check/carried.hpp). A backend whose native_alltoallv
+// compares every pair's counts itself, raising the same mismatch_error on every rank before it
+// writes anything, declares `static constexpr bool native_alltoallv_checks_counts = true`; the
+// strategies then skip their own rounds for it.
 //
 // Memory. A backend moves host memory, or CUDA memory when its traits say
 // `.moves(memory_kind::cuda)` (NCCL; a backend without traits declares `static constexpr bool
@@ -150,6 +155,14 @@ struct has_send_detached : std::false_type {};
 template <class B>
 struct has_send_detached<B, std::void_t<decltype(std::declval<B&>().send_detached(
                                 std::declval<const void*>(), std::size_t{}, int{}, tag_t{}))>>
+    : std::true_type {};
+
+template <class, class = void>
+struct has_irecv_up_to : std::false_type {};
+template <class B>
+struct has_irecv_up_to<
+    B, std::void_t<decltype(std::declval<B&>().irecv_up_to(
+           std::declval<void*>(), std::size_t{}, std::declval<std::size_t*>(), int{}, tag_t{}))>>
     : std::true_type {};
 
 // `std::optional<B> split(const std::vector<int>& members, const std::string& name)`: the

@@ -3,6 +3,7 @@
 // goes on. A rank whose communicator is gone is reported as having left, with its count.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -129,7 +130,8 @@ void mismatched_calls(rank_context<B>& ctx) {
   // on either side of the largest carried size, one rank carrying its data and the other not,
   // and an allreduce carried against a barrier. The data stays as it was.
   for (std::size_t count :
-       {std::size_t{2}, dc::check::carried_bytes_of<B>::value / sizeof(float)}) {
+       {std::size_t{2},
+        std::max<std::size_t>(dc::check::carried_limit<B>(ctx.size), 64) / sizeof(float)}) {
     std::vector<float> v(odd ? count + 1 : count, 3.0f);
     const std::string m =
         expect_call_mismatch("carried count", [&] { comm.allreduce(dc::view(v)); });

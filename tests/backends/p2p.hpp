@@ -12,7 +12,8 @@ namespace backend_suite {
 
 // Tags of these tests: above every strategy's (strategy/detail.hpp), below MPI's 32767.
 constexpr dc::tag_t tag_ordered = 101, tag_overtake = 102, tag_empty = 103, tag_smaller = 111,
-                    tag_larger = 112, tag_larger_rndv = 113, tag_timeout = 121, tag_cancel = 131;
+                    tag_larger = 112, tag_larger_rndv = 113, tag_up_to = 114, tag_timeout = 121,
+                    tag_cancel = 131;
 
 // Message k of every rank to every other rank on tag_ordered, in int64 elements: a zero-byte one
 // among them, and 24 KB / 160 KB ones above the eager limits of Open MPI's vader and UCX.
@@ -194,6 +195,64 @@ TEST_CASE_TEMPLATE_DEFINE("point-to-point: a size mismatch is a mismatch_error, 
     }
     ctl.barrier();
   });
+}
+
+TEST_CASE_TEMPLATE_DEFINE(
+    "point-to-point: irecv_up_to takes any size up to its capacity, and says which", E,
+    backend_suite_p2p_up_to) {
+  using namespace backend_suite;
+  using B = typename E::backend;
+  if constexpr (!dc::detail::has_irecv_up_to<B>::value) {
+    MESSAGE("skipped: this backend has no irecv_up_to (the call check's messages keep one size)");
+  } else {
+    E::run([](rank_context<B>& ctx) {
+      REQUIRE(ctx.size >= 2);
+      control<B> ctl(ctx);
+      B b = ctx.make();
+      // Sizes below, at and above the eager limits, a zero-byte one, then one above the capacity
+      // (mismatch_error, consumed whole: the next message still arrives).
+      const std::size_t sizes[] = {5, 0, 4096, 160000, 200000};
+      if (ctx.rank == 1) {
+        std::vector<unsigned char> data(200000);
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 7);
+        const std::int64_t next = 81;
+        std::vector<typename B::request> sends;
+        for (std::size_t n : sizes) sends.push_back(b.isend(data.data(), n, 0, tag_up_to));
+        sends.push_back(b.isend(&next, sizeof next, 0, tag_up_to));
+        for (auto& s : sends) {
+          try {
+            s.wait(soon());
+          } catch (const dc::mismatch_error&) {
+            // The local backend fails both sides of a mismatch.
+          }
+        }
+      } else if (ctx.rank == 0) {
+        const std::size_t capacity = 160000;
+        std::vector<unsigned char> buf(capacity + 16, 0xee);
+        for (std::size_t n : sizes) {
+          CAPTURE(n);
+          std::size_t got = 12345;
+          auto r = b.irecv_up_to(buf.data(), capacity, &got, 1, tag_up_to);
+          if (n > capacity) {
+            expect_mismatch(std::move(r), std::to_string(capacity));
+            continue;
+          }
+          r.wait(soon());
+          CHECK(got == n);
+          bool same = true;
+          for (std::size_t i = 0; i < n; ++i) same &= buf[i] == static_cast<unsigned char>(i * 7);
+          CHECK(same);
+          CHECK(buf[capacity] == 0xee);  // nothing past the capacity
+        }
+        std::int64_t v = 0;
+        std::size_t got = 0;
+        b.irecv_up_to(&v, sizeof v, &got, 1, tag_up_to).wait(soon());
+        CHECK(got == sizeof v);
+        CHECK(v == 81);
+      }
+      ctl.barrier();
+    });
+  }
 }
 
 TEST_CASE_TEMPLATE_DEFINE(

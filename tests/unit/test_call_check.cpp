@@ -4,6 +4,7 @@
 // strategy runs as before.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -84,12 +85,14 @@ TEST_CASE("carried allreduce: the rank-order fold on every rank, at every world 
     dc::local_world world(p);
     std::atomic<int> wrong{0};
     bodies = 0;
+    // The largest carried contribution at p (check::carried_limit), or 4 KiB where none is.
+    const std::size_t limit =
+        std::max<std::size_t>(dc::check::carried_limit<dc::local_backend>(p), 4096);
     int calls = 0;
     for (dc::dtype t : types) {
       for (dc::reduce_op op : ops) {
         if (op == dc::reduce_op::avg && t == dc::dtype::i32) continue;
-        const std::size_t largest =
-            dc::check::carried_bytes_of<dc::local_backend>::value / dc::dtype_size(t);
+        const std::size_t largest = limit / dc::dtype_size(t);
         for (std::size_t count : {std::size_t{1}, std::size_t{3}, largest}) calls += count != 0;
       }
     }
@@ -99,8 +102,7 @@ TEST_CASE("carried allreduce: the rank-order fold on every rank, at every world 
       for (dc::dtype t : types) {
         for (dc::reduce_op op : ops) {
           if (op == dc::reduce_op::avg && t == dc::dtype::i32) continue;
-          const std::size_t largest =
-              dc::check::carried_bytes_of<dc::local_backend>::value / dc::dtype_size(t);
+          const std::size_t largest = limit / dc::dtype_size(t);
           for (std::size_t count : {std::size_t{1}, std::size_t{3}, largest}) {
             const std::size_t bytes = count * dc::dtype_size(t);
             const auto want = folded(p, count, t, op);
@@ -116,8 +118,7 @@ TEST_CASE("carried allreduce: the rank-order fold on every rank, at every world 
         }
       }
       // One element above the carried size: the strategy's body runs.
-      std::vector<std::int32_t> big(
-          dc::check::carried_bytes_of<dc::local_backend>::value / sizeof(std::int32_t) + 1, r + 1);
+      std::vector<std::int32_t> big(limit / sizeof(std::int32_t) + 1, r + 1);
       comm.allreduce(dc::view(big));
       for (std::int32_t x : big) {
         if (x != p * (p + 1) / 2) ++wrong;
@@ -140,7 +141,8 @@ TEST_CASE(
       dc::communicator<dc::local_backend, dc::strategy::ring> comm(std::move(b), checked_config());
       const int r = comm.rank();
       const auto n = static_cast<std::size_t>(p);
-      const std::size_t slot = dc::check::carried_bytes_of<dc::local_backend>::value;
+      const std::size_t slot =
+          std::max<std::size_t>(dc::check::carried_limit<dc::local_backend>(p), 4096);
       // Sizes that carry (a whole contribution within the slot) and one that does not.
       for (std::size_t count : {std::size_t{1}, slot / sizeof(std::int32_t) / n, slot}) {
         if (count == 0) continue;

@@ -221,12 +221,17 @@ void gloo_backend::send_detached(const void* data, std::size_t bytes, int peer, 
 }
 
 gloo_request gloo_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  return irecv_up_to(data, bytes, nullptr, peer, tag);
+}
+
+gloo_request gloo_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t* got, int peer,
+                                       tag_t tag) {
   state_->throw_if_aborted();
   if (peer < 0 || peer >= size_ || peer == rank_) {
     throw invalid_argument_error("gloo: irecv from rank " + std::to_string(peer) + " on rank " +
                                  std::to_string(rank_) + " in a world of " + std::to_string(size_));
   }
-  return gloo_request(state_, state_->post_recv(data, bytes, peer, tag));
+  return gloo_request(state_, state_->post_recv(data, bytes, peer, tag, got));
 }
 
 void gloo_backend::abort(const std::string& reason) noexcept {

@@ -543,12 +543,14 @@ std::shared_ptr<gloo_op> gloo_state::post_send(const void* data, std::size_t byt
   return op;
 }
 
-std::shared_ptr<gloo_op> gloo_state::post_recv(void* data, std::size_t bytes, int peer, tag_t tag) {
+std::shared_ptr<gloo_op> gloo_state::post_recv(void* data, std::size_t bytes, int peer, tag_t tag,
+                                               std::size_t* got) {
   auto op = std::make_shared<gloo_op>();
   op->peer = peer;
   op->tag = tag;
   op->bytes = bytes;
   op->user = data;
+  op->got = got;
   std::lock_guard<std::mutex> lock(mutex);
   gloo_channel& ch = channels[{peer, tag}];
   try {
@@ -590,14 +592,16 @@ void gloo_state::progress_all() {
 void gloo_state::match(gloo_op& op, gloo_block& slot) {
   const std::uint64_t remote = slot.size_word();
   op.at = gloo_op::stage::done;
-  if (remote != op.bytes) {
-    op.error = std::make_exception_ptr(mismatch_error(
-        "gloo: rank " + std::to_string(rank) + " posted a " +
-        describe(false, op.peer, op.tag, op.bytes) + " but rank " + std::to_string(op.peer) +
-        " sent " + std::to_string(remote) + " bytes; every rank must pass the same sizes"));
+  if (op.got ? remote > op.bytes : remote != op.bytes) {
+    op.error = std::make_exception_ptr(
+        mismatch_error("gloo: rank " + std::to_string(rank) + " posted a " +
+                       describe(false, op.peer, op.tag, op.bytes) + (op.got ? " (at most)" : "") +
+                       " but rank " + std::to_string(op.peer) + " sent " + std::to_string(remote) +
+                       " bytes; every rank must pass the same sizes"));
     if (remote > eager_bytes) drain(op.peer, op.tag, remote);
     return;
   }
+  if (op.got) *op.got = remote;  // read by the waiter only once the receive completed
   if (remote <= eager_bytes) {
     if (remote > 0) std::memcpy(op.user, slot.payload(), remote);
     return;

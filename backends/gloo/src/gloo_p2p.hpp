@@ -89,7 +89,8 @@ struct gloo_op {
   int peer = 0;
   tag_t tag = 0;
   std::size_t bytes = 0;
-  void* user = nullptr;  // receive destination
+  void* user = nullptr;        // receive destination
+  std::size_t* got = nullptr;  // irecv_up_to: `bytes` is a capacity, the size goes here
   stage at = stage::matching;
   std::exception_ptr error;                 // found while matching (mismatch, failed post)
   std::shared_ptr<gloo_block> head;         // send: size word (and the payload when small)
@@ -245,7 +246,8 @@ struct gloo_state {
   // Null for a small send: complete at once.
   std::shared_ptr<gloo_op> post_send(const void* data, std::size_t bytes, int peer, tag_t tag,
                                      bool notice = false);
-  std::shared_ptr<gloo_op> post_recv(void* data, std::size_t bytes, int peer, tag_t tag);
+  std::shared_ptr<gloo_op> post_recv(void* data, std::size_t bytes, int peer, tag_t tag,
+                                     std::size_t* got = nullptr);
   // Completes op if it can without waiting; true when it is complete.
   bool poll(gloo_op& op);
   void wait(gloo_op& op, deadline until);

@@ -31,9 +31,10 @@ struct local_op {
   int owner = 0;  // the rank that posted it
   int peer = 0;   // destination of a send, source of a receive
   tag_t tag = 0;
-  const void* src = nullptr;  // sends
-  void* dst = nullptr;        // receives
-  std::size_t bytes = 0;
+  const void* src = nullptr;   // sends
+  void* dst = nullptr;         // receives
+  std::size_t bytes = 0;       // a receive's capacity where `got` is set (irecv_up_to)
+  std::size_t* got = nullptr;  // irecv_up_to: where the message's size goes
   std::atomic<int> state{queued};
   std::string error;                 // written before state becomes `failed`
   std::vector<unsigned char> owned;  // the payload of a detached send (src points into it)
@@ -115,12 +116,13 @@ struct local_world_state {
 
   // Copies one matched pair outside any lock. Both ops are in state `copying`.
   void transfer(local_op& send, local_op& recv) {
-    if (send.bytes != recv.bytes) {
-      const std::string msg =
-          "local: size mismatch between rank " + std::to_string(send.owner) + " sending " +
-          std::to_string(send.bytes) + " bytes and rank " + std::to_string(recv.owner) +
-          " expecting " + std::to_string(recv.bytes) + " bytes (tag " + std::to_string(send.tag) +
-          "): the ranks called different collectives or sizes";
+    if (recv.got ? send.bytes > recv.bytes : send.bytes != recv.bytes) {
+      const std::string msg = "local: size mismatch between rank " + std::to_string(send.owner) +
+                              " sending " + std::to_string(send.bytes) + " bytes and rank " +
+                              std::to_string(recv.owner) + " expecting " +
+                              (recv.got ? "at most " : "") + std::to_string(recv.bytes) +
+                              " bytes (tag " + std::to_string(send.tag) +
+                              "): the ranks called different collectives or sizes";
       send.error = msg;
       recv.error = msg;
       finish(send, failed);
@@ -128,6 +130,7 @@ struct local_world_state {
       return;
     }
     if (send.bytes != 0) std::memcpy(recv.dst, send.src, send.bytes);
+    if (recv.got) *recv.got = send.bytes;
     finish(send, done);
     finish(recv, done);
   }
@@ -306,6 +309,11 @@ std::shared_ptr<detail::local_op> local_backend::post_send(const void* data, std
 }
 
 local_request local_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  return irecv_up_to(data, bytes, nullptr, peer, tag);
+}
+
+local_request local_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t* got, int peer,
+                                         tag_t tag) {
   check_peer("irecv", peer, world_->size);
   if (world_->aborted.load(std::memory_order_acquire)) world_->throw_aborted(rank_);
   auto op = std::make_shared<local_op>();
@@ -314,6 +322,7 @@ local_request local_backend::irecv(void* data, std::size_t bytes, int peer, tag_
   op->tag = tag;
   op->dst = data;
   op->bytes = bytes;
+  op->got = got;
   detail::mailbox& box = *world_->boxes[static_cast<std::size_t>(rank_)];
   std::shared_ptr<local_op> match;
   {

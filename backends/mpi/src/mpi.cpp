@@ -211,7 +211,7 @@ bool match(pending_receive& e, std::vector<discarded>& discards) {
     int got = 0;
     MPI_Get_count(&st, MPI_BYTE, &got);
     p.got = got;
-    if (got == p.bytes) {
+    if (got == p.bytes || (p.up_to && got <= p.bytes)) {
       rc = MPI_Imrecv(p.data, got, MPI_BYTE, &msg, &p.req);
       if (rc != MPI_SUCCESS) {
         p.error = rc;
@@ -378,7 +378,8 @@ mpi_request::mpi_request(mpi_request&& other) noexcept
       is_send_(other.is_send_),
       peer_(other.peer_),
       tag_(other.tag_),
-      bytes_(other.bytes_) {
+      bytes_(other.bytes_),
+      got_(other.got_) {
   other.pieces_.clear();
 }
 
@@ -392,6 +393,7 @@ mpi_request& mpi_request::operator=(mpi_request&& other) noexcept {
     peer_ = other.peer_;
     tag_ = other.tag_;
     bytes_ = other.bytes_;
+    got_ = other.got_;
   }
   return *this;
 }
@@ -432,7 +434,7 @@ bool mpi_request::test() {
       all_done = false;
       break;
     }
-    if (p.got != p.bytes) throw_mismatch(p);
+    if (p.got != p.bytes && !(p.up_to && p.got < p.bytes)) throw_mismatch(p);
     if (p.req == MPI_REQUEST_NULL) continue;
     int flag = 0;
     const int rc = MPI_Test(&p.req, &flag, MPI_STATUS_IGNORE);
@@ -446,6 +448,7 @@ bool mpi_request::test() {
     if (!flag) all_done = false;
   }
   if (all_done) {
+    if (got_) *got_ = static_cast<std::size_t>(pieces_.front().got);
     pieces_.clear();
     state_.reset();
   }
@@ -574,6 +577,15 @@ mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, ta
 }
 
 mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  return irecv_up_to(data, bytes, nullptr, peer, tag);
+}
+
+mpi_request mpi_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t* got, int peer,
+                                     tag_t tag) {
+  if (got && bytes > static_cast<std::size_t>(INT_MAX)) {
+    throw invalid_argument_error("mpi: irecv_up_to: a capacity of " + std::to_string(bytes) +
+                                 " bytes is above one MPI message (INT_MAX bytes)");
+  }
   const detail::mpi_lock lock(detail::mpi_mutex());
   check_peer(peer, state_->size, "irecv");
   state_->check_aborted();
@@ -585,8 +597,10 @@ mpi_request mpi_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
     detail::mpi_piece p;
     p.data = base + off;
     p.bytes = n;
+    p.up_to = got != nullptr;
     r.pieces_.push_back(p);
   });
+  r.got_ = got;
   // Matched by the waits (detail::mpi_serve_receives), never posted to MPI before its size is
   // known. From here the pieces keep their address: r.pieces_ is not resized again.
   detail::queue().pending.push_back(

@@ -557,7 +557,8 @@ ucx_request::ucx_request(ucx_request&& other) noexcept
       kind_(other.kind_),
       peer_(other.peer_),
       tag_(other.tag_),
-      bytes_(other.bytes_) {}
+      bytes_(other.bytes_),
+      got_(other.got_) {}
 
 ucx_request& ucx_request::operator=(ucx_request&& other) noexcept {
   if (this != &other) {
@@ -568,6 +569,7 @@ ucx_request& ucx_request::operator=(ucx_request&& other) noexcept {
     peer_ = other.peer_;
     tag_ = other.tag_;
     bytes_ = other.bytes_;
+    got_ = other.got_;
   }
   return *this;
 }
@@ -638,7 +640,9 @@ bool ucx_request::poll() {
                         kind_ == kind::send ? "ucp_tag_send_nbx" : "ucp_tag_recv_nbx",
                         static_cast<long>(st), describe() + ": " + detail::status_text(st));
   }
-  if (received != bytes_) {
+  if (got_ && received <= bytes_) {
+    *got_ = received;
+  } else if (received != bytes_) {
     throw mismatch_error(describe() + ": the matching send has " + std::to_string(received) +
                          " bytes (sizes differ across ranks)");
   }
@@ -780,6 +784,11 @@ ucx_request ucx_backend::isend(const void* data, std::size_t bytes, int peer, ta
 }
 
 ucx_request ucx_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  return irecv_up_to(data, bytes, nullptr, peer, tag);
+}
+
+ucx_request ucx_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t* got, int peer,
+                                     tag_t tag) {
   check_peer("irecv", peer);
   static unsigned char empty = 0;
   // Always a request (no in-place completion): its length is then read back reliably through
@@ -790,6 +799,7 @@ ucx_request ucx_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
       ucp_tag_recv_nbx(state_->worker, bytes == 0 ? &empty : data, bytes,
                        detail::make_tag(peer, tag), detail::full_mask, &param);
   ucx_request req(state_, nullptr, ucx_request::kind::recv, peer, tag, bytes);
+  req.got_ = got;
   if (UCS_PTR_IS_ERR(r)) {
     const ucs_status_t st = UCS_PTR_STATUS(r);
     if (st == UCS_ERR_MESSAGE_TRUNCATED) {

@@ -31,6 +31,7 @@
 #include "distcomm/check/fingerprint.hpp"
 #include "distcomm/check/hooks.hpp"
 #include "distcomm/check/stall.hpp"
+#include "distcomm/core/coarse_clock.hpp"
 #include "distcomm/core/error.hpp"
 
 namespace distcomm::check {
@@ -54,6 +55,7 @@ class call_check {
         sent_(std::move(o.sent_)),
         received_(std::move(o.received_)),
         sources_(std::move(o.sources_)),
+        got_(std::move(o.got_)),
         watch_(std::move(o.watch_)) {}
   call_check& operator=(call_check&& o) noexcept {
     if (this != &o) {
@@ -66,6 +68,7 @@ class call_check {
       sent_ = std::move(o.sent_);
       received_ = std::move(o.received_);
       sources_ = std::move(o.sources_);
+      got_ = std::move(o.got_);
       watch_ = std::move(o.watch_);
     }
     return *this;
@@ -83,10 +86,8 @@ class call_check {
   const call_settings& settings() const noexcept { return settings_; }
   // The settings of the calls from now on (communicator::retune, on every rank alike).
   void retune(const call_settings& s) noexcept { settings_ = s; }
-  // Collectives started so far on this communicator.
-  std::uint64_t calls() const noexcept { return seq_; }
-  // Agreements exchanged so far.
-  std::uint64_t agreements() const noexcept { return agreements_; }
+  std::uint64_t calls() const noexcept { return seq_; }              // collectives started so far
+  std::uint64_t agreements() const noexcept { return agreements_; }  // exchanged so far
   // Whether the last agree() also compared alltoallv's counts (check/carried.hpp).
   bool counts_agreed() const noexcept { return counts_agreed_; }
   // True when the last agree() failed because a peer's communicator was destroyed.
@@ -127,12 +128,18 @@ class call_check {
       return true;
     }
     const int r = b.rank();
-    const std::size_t rounds = sent_.layout(p, slot(p));
-    received_.layout(p, slot(p));
+    const std::size_t limit = carried_limit<B>(p);
+    const std::size_t rounds = sent_.layout(p, limit);
+    received_.layout(p, limit);
     sources_.resize(rounds, 0);
+    got_.resize(rounds, 0);
     agreement state{mine, mine, nonce_};
-    const bool carry = data && slot(p) != 0 && data->fits(slot(p));
-    if (carry) known_.start(p, r, slot(p), data->in, sent_.payload(0), data->bytes());
+    const bool carry = data && limit != 0 && data->fits(limit);
+    // Where messages are sized, contributions lie 16-byte aligned at the call's own size.
+    const std::size_t stride = !sized_messages<B> ? limit
+                               : carry            ? (data->bytes() + 15) / 16 * 16
+                                                  : 0;
+    if (carry) known_.start(p, r, stride, data->in, sent_.payload(0), data->bytes());
     const clock::duration stagger = round_stagger(until);
     // The first send apart: no allocation at two ranks, the common case of a latency test.
     request first;
@@ -152,7 +159,9 @@ class call_check {
                            (is_left(state.hi) && state.hi.rank == to);
       if (!to_gone) {
         try {
-          sr = b.isend(sent_.message(k), sent_.bytes(k), to, tag_agree);
+          sr = b.isend(sent_.message(k),
+                       sized_messages<B> ? sized_message_bytes(p, k, stride) : sent_.bytes(k), to,
+                       tag_agree);
         } catch (const peer_lost_error&) {
           if (!send_failure) send_failure = std::current_exception();
         }
@@ -168,9 +177,9 @@ class call_check {
       } catch (const timeout_error& e) {
         throw timeout_error(not_started_message(what, from, mine.seq, r, k, p, e.what()));
       }
-      if (late < 0 && clock::now() > until) {
+      if (late < 0 && coarse_now() > until) {  // deadlines in seconds: the tick time will do
         late = from;
-        late_by = clock::now() - until;
+        late_by = coarse_now() - until;
       }
       state.merge(received_.get(k));
       if (carry) known_.learn(received_.payload(k), from, k);
@@ -189,7 +198,7 @@ class call_check {
     // to a rank that left: nobody takes them (destroying them cancels them). Another rank that
     // left unseen may hold a send up: after a departure that wait is bounded and its failure
     // ignored, since this rank raises the departure anyway.
-    const deadline grace = std::min(until, deadline_after(std::chrono::seconds(1)));
+    const deadline grace = std::min(until, deadline_after(coarse_now(), std::chrono::seconds(1)));
     int k_send = 0;
     const auto settle = [&](request& req) {
       const int to = (r + (1 << k_send++)) % p;
@@ -203,6 +212,7 @@ class call_check {
     settle(first);
     for (auto& req : more) settle(req);
     if (!state.agreed()) throw mismatch_error(describe_mismatch(what, state, mine));
+    if constexpr (sized_messages<B>) check_sizes(got_.data(), rounds, p, stride, what, r);
     if (carry) {
       known_.finish(*data, r);  // throws where alltoallv's counts disagree
       data->done = data->completes();
@@ -279,16 +289,18 @@ class call_check {
       f.seq = seq_;
       f.rank = b.rank();
       const agreement notice{f, f, nonce_};
-      // Each round's notice has that round's size (the exchange's own buffer: no call runs now).
-      const std::size_t rounds = sent_.layout(p, slot(p));
+      // Each round's notice has that round's size, or an agreement's where messages are sized
+      // (the exchange's own buffer: no call runs now).
+      const std::size_t rounds = sent_.layout(p, carried_limit<B>(p));
       std::vector<request> sends;
       for (std::size_t k = 0; k < rounds; ++k) {
         sent_.put(k, notice);
         const int to = (b.rank() + (1 << k)) % p;
+        const std::size_t n = sized_messages<B> ? sizeof(agreement) : sent_.bytes(k);
         if constexpr (distcomm::detail::has_send_detached<B>::value) {
-          b.send_detached(sent_.message(k), sent_.bytes(k), to, tag_agree);
+          b.send_detached(sent_.message(k), n, to, tag_agree);
         } else {
-          sends.push_back(b.isend(sent_.message(k), sent_.bytes(k), to, tag_agree));
+          sends.push_back(b.isend(sent_.message(k), n, to, tag_agree));
         }
       }
       // Small messages leave at once on every network transport; the limit guards a wedged one.
@@ -321,7 +333,7 @@ class call_check {
   // by at most (rounds - 1) staggers (1 s at 3 or 4 ranks with DISTCOMM_TIMEOUT >= 10 s, 4 s at
   // 32), for a rank whose later-round peer is itself late.
   static clock::duration round_stagger(deadline until) {
-    const clock::duration left = until - std::min(until, clock::now());
+    const clock::duration left = until - std::min(until, coarse_now());
     return std::min<clock::duration>(std::chrono::seconds(1), left / 10);
   }
 
@@ -344,7 +356,14 @@ class call_check {
     } const mark{watch_.get()};
     if (watch_) watch_->waiting(what_, seq_ - 1, from);
     for (;;) {
-      b.irecv(received_.message(k), received_.bytes(k), from, tag_agree).wait(until);
+      if constexpr (sized_messages<B>) {
+        got_[k] = 0;
+        b.irecv_up_to(received_.message(k), received_.bytes(k), &got_[k], from, tag_agree)
+            .wait(until);
+        check_size(got_[k], what_, b.rank(), from);
+      } else {
+        b.irecv(received_.message(k), received_.bytes(k), from, tag_agree).wait(until);
+      }
       const agreement in = received_.get(k);
       if (!is_left(in.lo)) {
         sources_[k] = in.sender;
@@ -352,12 +371,6 @@ class call_check {
       }
       if (sources_[k] != 0 && in.sender == sources_[k]) return true;
     }
-  }
-
-  // The bytes each rank's contribution takes in this communicator's agreement messages, 0 where
-  // they carry none (check/carried.hpp): the same on every rank of a world of p.
-  static std::size_t slot(int p) noexcept {
-    return may_carry<B> && p <= carried_ranks ? carried_bytes_of<B>::value : 0;
   }
 
   static std::uint64_t new_nonce() {
@@ -378,6 +391,7 @@ class call_check {
   exchange_messages received_;
   contributions known_;                 // a carried collective's
   std::vector<std::uint64_t> sources_;  // the nonce of each round's source, once known
+  std::vector<std::size_t> got_;        // each round's received size, where messages are sized
   std::shared_ptr<stall_watch> watch_;  // DISTCOMM_STALL_WARNING, else null
   deferred_agreement deferred_;         // the backend carries it (defers_agreement)
   const char* what_ = nullptr;          // the collective being agreed on

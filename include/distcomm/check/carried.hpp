@@ -9,7 +9,10 @@
 //
 // So that a rank in a carried collective and a rank in any other collective still pair up (and
 // raise the same mismatch_error), every agreement message of a communicator that may carry has
-// the carried size of its round, data or not: the size depends on the world size alone.
+// the carried size of its round, data or not: the size depends on the world size alone. Where
+// the backend's receives take any size up to a capacity (backend.hpp, irecv_up_to), a message
+// has the size of what it carries instead, and a call that carries nothing sends the agreement
+// alone: the limit is then a budget (sized_carried_budget), not a price every call pays.
 #pragma once
 
 #include <algorithm>
@@ -30,10 +33,11 @@
 namespace distcomm::check {
 
 // The largest contribution carried, in bytes, and the largest world that carries: a round-k message
-// grows by min(2^k, p) slots of that size, paid by every agreement of such a world. A backend
-// whose messages cost by their size at these sizes declares its own, `static constexpr
-// std::size_t carried_bytes` (mpi: 64). The default suits transports whose latency dwarfs a few
-// KiB (TCP, UCX on loopback: 29 µs at 8 B and at 4 KiB alike on this machine kind, 2026-11-28).
+// grows by min(2^k, p) slots of that size, paid by every agreement of such a world, unless the
+// messages are sized (below). A backend whose messages cost by their size at these sizes
+// declares its own, `static constexpr std::size_t carried_bytes`. The default suits transports
+// whose latency dwarfs a few KiB (TCP on loopback: 29 µs at 8 B and at 4 KiB alike on this
+// machine kind, 2026-11-28).
 inline constexpr std::size_t default_carried_bytes = 4096;
 inline constexpr int carried_ranks = 8;
 template <class B, class = void>
@@ -77,9 +81,61 @@ struct carried_call {
 template <class B>
 inline constexpr bool may_carry = !distcomm::detail::moves_device_memory<B>::value;
 
+// Whether B's agreement messages have the size of what they carry (B has irecv_up_to).
+template <class B>
+inline constexpr bool sized_messages = distcomm::detail::has_irecv_up_to<B>::value;
+
+// What one rank receives of carried contributions in all (p - 1 of them) where messages are
+// sized. At two ranks the carried exchange is then recursive doubling's single round with the
+// agreement in front, and 64 KiB is where the backends' own tables leave recursive doubling for
+// the ring or the transport's collective (docs/PERFORMANCE.md, "The mismatch check").
+inline constexpr std::size_t sized_carried_budget = std::size_t{64} << 10;
+
+// The largest contribution a world of p ranks carries, 0 where it carries none: the same on every
+// rank, a multiple of 16 bytes.
+template <class B>
+std::size_t carried_limit(int p) noexcept {
+  if (!may_carry<B> || p < 2 || p > carried_ranks) return 0;
+  if constexpr (sized_messages<B>) {
+    return sized_carried_budget / static_cast<std::size_t>(p - 1) / 16 * 16;
+  } else {
+    return carried_bytes_of<B>::value;
+  }
+}
+
 // The slots of round k's message in a world of p ranks that carries.
 inline std::size_t carried_slots(int p, std::size_t k) noexcept {
   return std::min<std::size_t>(std::size_t{1} << k, static_cast<std::size_t>(p));
+}
+
+// The size of round k's message where messages are sized: the agreement, then the slots of
+// `stride` bytes it carries (none when the call carries nothing: stride 0).
+inline std::size_t sized_message_bytes(int p, std::size_t k, std::size_t stride) noexcept {
+  return sizeof(agreement) + carried_slots(p, k) * stride;
+}
+
+// A sized message that cannot be one of the check's: mismatch_error.
+inline void check_size(std::size_t got, const char* what, int me, int from) {
+  if (got >= sizeof(agreement)) return;
+  throw mismatch_error(std::string(what) + ": rank " + std::to_string(me) +
+                       " received a call check message of " + std::to_string(got) +
+                       " bytes from rank " + std::to_string(from) + ", shorter than " +
+                       std::to_string(sizeof(agreement)) +
+                       ": the ranks run different versions or the message is corrupt");
+}
+
+// After the fingerprints agreed, every rank carried the same call: each round's message has its
+// size, or mismatch_error (a corrupt message) before anything is read from it.
+inline void check_sizes(const std::size_t* got, std::size_t rounds, int p, std::size_t stride,
+                        const char* what, int me) {
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t want = sized_message_bytes(p, k, stride);
+    if (got[k] == want) continue;
+    throw mismatch_error(std::string(what) + ": rank " + std::to_string(me) +
+                         ": the call check's message of round " + std::to_string(k) + " has " +
+                         std::to_string(got[k]) + " bytes, not " + std::to_string(want) +
+                         ", though the fingerprints agree (a corrupt message)");
+  }
 }
 
 // The messages of one side of an exchange (sent or received), one per round, laid out for a world

@@ -111,6 +111,9 @@ class gloo_backend {
 
   [[nodiscard]] gloo_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] gloo_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // A message of at most `capacity` bytes; its size goes to *got (backend.hpp).
+  [[nodiscard]] gloo_request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
+                                         int peer, tag_t tag);
   // A small send nobody waits for (backend.hpp): copied at once; teardown gives it 100 ms to be
   // taken, where a normal small send gets DISTCOMM_TIMEOUT.
   void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);

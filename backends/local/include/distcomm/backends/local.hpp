@@ -77,6 +77,9 @@ class local_backend {
 
   [[nodiscard]] local_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] local_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // A message of at most `capacity` bytes; its size goes to *got (backend.hpp).
+  [[nodiscard]] local_request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
+                                          int peer, tag_t tag);
   // A send nobody waits for (backend.hpp): the bytes are copied now and stay in the peer's
   // mailbox until it receives them or the world ends.
   void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);

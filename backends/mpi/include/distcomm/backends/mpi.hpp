@@ -33,8 +33,10 @@ struct mpi_piece {
   unsigned char* data = nullptr;
   int bytes = 0;
   // Receives: the size of the message matched to this piece (MPI_Improbe), -1 until then; the
-  // receive into `data` is posted only when it equals `bytes`. Sends: `bytes`.
+  // receive into `data` is posted only when it equals `bytes` (is at most `bytes` where up_to).
+  // Sends: `bytes`.
   int got = -1;
+  bool up_to = false;            // irecv_up_to's one piece
   int error = 0;                 // MPI_SUCCESS, or the code of a failed MPI_Improbe/MPI_Imrecv
   const char* failed = nullptr;  // the routine that returned `error`
   MPI_Request req = MPI_REQUEST_NULL;  // MPI_REQUEST_NULL once finished (or before the match)
@@ -91,6 +93,7 @@ class [[nodiscard]] mpi_request {
   int peer_ = 0;
   tag_t tag_ = 0;
   std::size_t bytes_ = 0;
+  std::size_t* got_ = nullptr;  // irecv_up_to: where the message's size goes
 };
 
 class mpi_backend {
@@ -115,11 +118,6 @@ class mpi_backend {
   // our recursive doubling over MPI point-to-point beat the native MPI_Iallreduce
   // (docs/PERFORMANCE.md, "Each backend's own defaults").
   static constexpr const char* default_algo = "rd:0-64K;native:64K-max";
-  // Allreduces up to 64 bytes ride in the call check's own messages (check/carried.hpp): over
-  // Open MPI's shared memory a message's size shows at these sizes (2 processes, 2026-11-28: an
-  // 8-byte allreduce with the check took 0.86 µs with 64-byte slots, 1.04 µs with 256-byte ones,
-  // 0.70 µs without the check).
-  static constexpr std::size_t carried_bytes = 64;
 
   // How an adopted communicator is held.
   enum ownership {
@@ -156,6 +154,9 @@ class mpi_backend {
 
   [[nodiscard]] mpi_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] mpi_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // A message of at most `capacity` (<= INT_MAX) bytes; its size goes to *got (backend.hpp).
+  [[nodiscard]] mpi_request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
+                                        int peer, tag_t tag);
 
   // Fails every pending and future wait of this process with peer_lost_error(reason).
   void abort(const std::string& reason) noexcept;

@@ -106,6 +106,7 @@ class [[nodiscard]] ucx_request {
   int peer_ = -1;
   tag_t tag_ = 0;
   std::size_t bytes_ = 0;
+  std::size_t* got_ = nullptr;  // irecv_up_to: where the message's size goes
 };
 
 // One rank's UCX endpoint set. Movable; use it from one thread at a time.
@@ -145,6 +146,9 @@ class ucx_backend {
 
   [[nodiscard]] ucx_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] ucx_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // A message of at most `capacity` bytes; its size goes to *got (backend.hpp).
+  [[nodiscard]] ucx_request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
+                                        int peer, tag_t tag);
 
   // Fails every pending and future wait with peer_lost_error(reason), sends every peer an abort
   // notice (their waits fail too, naming this rank and the reason) and force-closes the
