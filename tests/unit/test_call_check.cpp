@@ -279,3 +279,83 @@ TEST_CASE("carried mismatch: found by the exchange that carries the data, on eve
     CHECK(untouched == 3);
   }
 }
+
+namespace {
+
+// The local backend, recording the size of every message it sends on the call check's tag.
+std::atomic<std::size_t> check_bytes_max{0};
+std::atomic<int> check_messages{0};
+class recording_local {
+ public:
+  using request = dc::local_request;
+  static constexpr const char* name = "recording-local";
+  explicit recording_local(dc::local_backend b) : b_(std::move(b)) {}
+  int rank() const { return b_.rank(); }
+  int size() const { return b_.size(); }
+  [[nodiscard]] request isend(const void* d, std::size_t n, int peer, dc::tag_t tag) {
+    if (tag == dc::check::tag_agree) {
+      ++check_messages;
+      std::size_t seen = check_bytes_max.load();
+      while (n > seen && !check_bytes_max.compare_exchange_weak(seen, n)) {
+      }
+    }
+    return b_.isend(d, n, peer, tag);
+  }
+  [[nodiscard]] request irecv(void* d, std::size_t n, int peer, dc::tag_t tag) {
+    return b_.irecv(d, n, peer, tag);
+  }
+  [[nodiscard]] request irecv_up_to(void* d, std::size_t n, std::size_t* got, int peer,
+                                    dc::tag_t tag) {
+    return b_.irecv_up_to(d, n, got, peer, tag);
+  }
+  void abort(const std::string& reason) noexcept { b_.abort(reason); }
+
+ private:
+  dc::local_backend b_;
+};
+
+}  // namespace
+
+TEST_CASE("sized messages: a brief of digests and what the call carries, no more") {
+  static_assert(dc::check::sized_messages<recording_local>);
+  dc::local_world world(2);
+  check_messages = 0;
+  std::atomic<int> wrong{0};
+  const auto largest = [](std::size_t cap) { return check_bytes_max.exchange(0) <= cap; };
+  world.run([&](dc::local_backend b) {
+    dc::communicator<recording_local, dc::strategy::ring> comm(recording_local(std::move(b)),
+                                                               checked_config());
+    const int r = comm.rank();
+    // An 8-byte allreduce: the brief (32 bytes) and one 16-byte slot, one cache line.
+    double x = r + 1.0;
+    comm.allreduce(dc::view(&x, 1));
+    if (x != 3.0) ++wrong;
+    comm.barrier();
+    if (r == 0 && !largest(sizeof(dc::check::brief) + 16)) ++wrong;
+    comm.barrier();
+    // A call above the carried limit: the brief alone, then the ring.
+    std::vector<float> big(dc::check::carried_limit<recording_local>(2) / sizeof(float) + 4, 1.0f);
+    comm.allreduce(dc::view(big));
+    if (big.front() != 2.0f || big.back() != 2.0f) ++wrong;
+    comm.barrier();
+    if (r == 0 && !largest(sizeof(dc::check::brief))) ++wrong;
+    comm.barrier();
+    // Ranks that differ: the digests tell, the second exchange of full fingerprints names the
+    // field on both ranks alike; the communicator stays usable.
+    std::vector<float> v(r == 0 ? 5 : 6, 1.0f);
+    try {
+      comm.allreduce(dc::view(v));
+      ++wrong;
+    } catch (const dc::mismatch_error& e) {
+      if (std::string(e.what()).find("element count") == std::string::npos) ++wrong;
+    }
+    comm.barrier();
+    if (r == 0 && check_bytes_max.exchange(0) != sizeof(dc::check::agreement)) ++wrong;
+    comm.barrier();
+    float y = 1.0f;
+    comm.allreduce(dc::view(&y, 1));
+    if (y != 2.0f) ++wrong;
+  });
+  CHECK(wrong == 0);
+  CHECK(check_messages > 0);
+}

@@ -73,7 +73,13 @@ struct carried_call {
   std::size_t bytes() const noexcept { return count * dtype_size(type); }
   // Whether the exchange completes the collective (else it only checked alltoallv's counts).
   bool completes() const noexcept { return what != collective::alltoallv_counts; }
-  bool fits(std::size_t limit) const noexcept { return count != 0 && bytes() <= limit; }
+  // An alltoall carries its whole input to every rank, p times what each needs: it fits in a
+  // p-th of the limit (MPI's own alltoall is 2-4× a carried one there, docs/PERFORMANCE.md).
+  bool fits(std::size_t limit, int p) const noexcept {
+    const std::size_t room =
+        what == collective::alltoall ? limit / static_cast<std::size_t>(p) : limit;
+    return count != 0 && bytes() <= room;
+  }
 };
 
 // Whether backend B's agreement messages carry: host memory only (a device backend's data is not
@@ -88,8 +94,15 @@ inline constexpr bool sized_messages = distcomm::detail::has_irecv_up_to<B>::val
 // What one rank receives of carried contributions in all (p - 1 of them) where messages are
 // sized. At two ranks the carried exchange is then recursive doubling's single round with the
 // agreement in front, and 64 KiB is where the backends' own tables leave recursive doubling for
-// the ring or the transport's collective (docs/PERFORMANCE.md, "The mismatch check").
+// the ring or the transport's collective (docs/PERFORMANCE.md, "The mismatch check"). A backend
+// whose messages change protocol below that declares `static constexpr std::size_t
+// carried_budget` (mpi: one eager message).
 inline constexpr std::size_t sized_carried_budget = std::size_t{64} << 10;
+template <class B, class = void>
+struct carried_budget_of : std::integral_constant<std::size_t, sized_carried_budget> {};
+template <class B>
+struct carried_budget_of<B, std::void_t<decltype(B::carried_budget)>>
+    : std::integral_constant<std::size_t, B::carried_budget> {};
 
 // The largest contribution a world of p ranks carries, 0 where it carries none: the same on every
 // rank, a multiple of 16 bytes.
@@ -97,7 +110,7 @@ template <class B>
 std::size_t carried_limit(int p) noexcept {
   if (!may_carry<B> || p < 2 || p > carried_ranks) return 0;
   if constexpr (sized_messages<B>) {
-    return sized_carried_budget / static_cast<std::size_t>(p - 1) / 16 * 16;
+    return carried_budget_of<B>::value / static_cast<std::size_t>(p - 1) / 16 * 16;
   } else {
     return carried_bytes_of<B>::value;
   }
@@ -108,10 +121,33 @@ inline std::size_t carried_slots(int p, std::size_t k) noexcept {
   return std::min<std::size_t>(std::size_t{1} << k, static_cast<std::size_t>(p));
 }
 
-// The size of round k's message where messages are sized: the agreement, then the slots of
-// `stride` bytes it carries (none when the call carries nothing: stride 0).
+// Where messages are sized, they start with a brief instead of the agreement while no departure
+// is known: the extremes of the digests of the fingerprints the sender knows (fingerprint.hpp's
+// digest()), 32 bytes where the agreement takes 184, so that a small carried call fits one cache
+// line of the transport (Open MPI's shared memory copies every line across cores). Equal
+// fingerprints have equal digests; where the extremes differ, every rank learns it from the same
+// exchange and a second one, of full agreements, names the field (check/agree.hpp).
+struct brief {
+  static constexpr std::uint64_t magic = 0xd15cc0deb41ef001;  // never a sequence number
+  std::uint64_t mark = magic;
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  std::uint64_t sender = 0;  // the nonce of the communicator that sent it
+  void merge(const brief& o) noexcept {
+    lo = std::min(lo, o.lo);
+    hi = std::max(hi, o.hi);
+  }
+};
+inline bool is_brief(const unsigned char* message, std::size_t bytes) noexcept {
+  std::uint64_t w = 0;
+  if (bytes >= sizeof(brief)) std::memcpy(&w, message, sizeof w);
+  return w == brief::magic;
+}
+
+// The size of round k's message where messages are sized: the brief, then the slots of `stride`
+// bytes it carries (none when the call carries nothing: stride 0).
 inline std::size_t sized_message_bytes(int p, std::size_t k, std::size_t stride) noexcept {
-  return sizeof(agreement) + carried_slots(p, k) * stride;
+  return sizeof(brief) + carried_slots(p, k) * stride;
 }
 
 // A sized message that cannot be one of the check's: mismatch_error.
@@ -139,27 +175,34 @@ inline void check_sizes(const std::size_t* got, std::size_t rounds, int p, std::
 }
 
 // The messages of one side of an exchange (sent or received), one per round, laid out for a world
-// of p ranks: the agreement, then the carried payload where the world carries. Nothing is
-// allocated once laid out.
+// of p ranks: the agreement (or the brief, where messages are sized), then the carried payload
+// where the world carries. Nothing is allocated once laid out.
 class exchange_messages {
  public:
   // Returns the number of rounds; `slot` is the carried bytes per contribution, 0 where the world
   // does not carry.
-  std::size_t layout(int p, std::size_t slot) {
+  std::size_t layout(int p, std::size_t slot, bool sized) {
     std::size_t rounds = 0;
     for (int d = 1; d < p; d *= 2) ++rounds;
     if (p == p_) return rounds;
     p_ = p;
+    head_ = sized ? sizeof(brief) : sizeof(agreement);
     offsets_.assign(rounds + 1, 0);
     for (std::size_t k = 0; k < rounds; ++k) {
-      const std::size_t n = sizeof(agreement) + carried_slots(p, k) * slot;
+      const std::size_t n = std::max(sizeof(agreement), head_ + carried_slots(p, k) * slot);
       offsets_[k + 1] = offsets_[k] + (n + 15) / 16 * 16;
     }
     bytes_.assign(offsets_.back(), 0);
     return rounds;
   }
   unsigned char* message(std::size_t k) noexcept { return &bytes_[offsets_[k]]; }
-  unsigned char* payload(std::size_t k) noexcept { return message(k) + sizeof(agreement); }
+  unsigned char* payload(std::size_t k) noexcept { return message(k) + head_; }
+  void put(std::size_t k, const brief& a) noexcept { std::memcpy(message(k), &a, sizeof a); }
+  brief get_brief(std::size_t k) noexcept {
+    brief a;
+    std::memcpy(&a, message(k), sizeof a);
+    return a;
+  }
   std::size_t bytes(std::size_t k) const noexcept { return offsets_[k + 1] - offsets_[k]; }
   void put(std::size_t k, const agreement& a) noexcept { std::memcpy(message(k), &a, sizeof a); }
   agreement get(std::size_t k) noexcept {
@@ -170,6 +213,7 @@ class exchange_messages {
 
  private:
   int p_ = 0;
+  std::size_t head_ = sizeof(agreement);
   std::vector<std::size_t> offsets_;
   std::vector<unsigned char> bytes_;
 };
