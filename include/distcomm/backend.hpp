@@ -78,9 +78,10 @@ namespace distcomm {
 using clock = std::chrono::steady_clock;
 using deadline = clock::time_point;
 using tag_t = std::uint32_t;
-// Tags below this are the collectives' own (small numbers: strategy/detail.hpp, check/agree.hpp);
-// users' point-to-point messages (communicator::send) carry user_tag_base + their tag. A backend
-// whose transport allows fewer tags maps them into its range (the mpi backend, MPI_TAG_UB).
+// Tags below this are the collectives' own (small numbers: strategy/detail.hpp,
+// check/exchange.hpp); users' point-to-point messages (communicator::send) carry user_tag_base +
+// their tag. A backend whose transport allows fewer tags maps them into its range (the mpi backend,
+// MPI_TAG_UB).
 inline constexpr tag_t user_tag_base = tag_t{1} << 30;
 
 // deadline_after(seconds) saturates instead of overflowing for very long timeouts; `from` is now

@@ -326,12 +326,12 @@ TEST_CASE("sized messages: a brief of digests and what the call carries, no more
     dc::communicator<recording_local, dc::strategy::ring> comm(recording_local(std::move(b)),
                                                                checked_config());
     const int r = comm.rank();
-    // An 8-byte allreduce: the brief (32 bytes) and one 16-byte slot, one cache line.
+    // An 8-byte allreduce: the brief (32 bytes) and one 8-byte slot, within one cache line.
     double x = r + 1.0;
     comm.allreduce(dc::view(&x, 1));
     if (x != 3.0) ++wrong;
     comm.barrier();
-    if (r == 0 && !largest(sizeof(dc::check::brief) + 16)) ++wrong;
+    if (r == 0 && !largest(sizeof(dc::check::brief) + 8)) ++wrong;
     comm.barrier();
     // A call above the carried limit: the brief alone, then the ring.
     std::vector<float> big(dc::check::carried_limit<recording_local>(2) / sizeof(float) + 4, 1.0f);

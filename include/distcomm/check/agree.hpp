@@ -115,10 +115,10 @@ class call_check {
     const std::size_t limit = carried_limit<B>(p);
     const std::size_t rounds = x_.prepare(p, limit);
     const bool carry = data && limit != 0 && data->fits(limit, p);
-    // Where messages are sized, contributions lie 16-byte aligned at the call's own size.
-    const std::size_t stride = !sized_messages<B> ? limit
-                               : carry            ? (data->bytes() + 15) / 16 * 16
-                                                  : 0;
+    // Where messages are sized, contributions lie 8-byte aligned (the widest dtype) at the
+    // call's own size: an 8-byte call and the brief make 40 bytes, one cache line with MPI's
+    // header.
+    const std::size_t stride = !sized_messages<B> ? limit : carry ? (data->bytes() + 7) / 8 * 8 : 0;
     if (carry) x_.known().start(p, r, stride, data->in, x_.own_payload(), data->bytes());
     const std::uint64_t d = digest(mine);
     using merged = typename dissemination<B>::merged;

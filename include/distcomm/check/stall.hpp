@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "distcomm/core/coarse_clock.hpp"
+
 namespace distcomm::check {
 
 class stall_watch {
@@ -31,9 +33,9 @@ class stall_watch {
   // For the inspector's thread: the line to log now, if any (empty otherwise).
   std::string due(std::int64_t now) noexcept;
 
+  // The tick time (core/coarse_clock.hpp): read as every wait starts, for warnings in seconds.
   static std::int64_t now_ns() noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(coarse_now().time_since_epoch())
         .count();
   }
 
