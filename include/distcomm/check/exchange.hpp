@@ -59,7 +59,6 @@ class dissemination {
   const std::size_t* received_sizes() const noexcept { return got_.data(); }
   std::uint64_t nonce() const noexcept { return nonce_; }
   bool peer_left() const noexcept { return peer_left_; }
-  void set_peer_left(bool left) noexcept { peer_left_ = left; }
   // Logs waits longer than its period (DISTCOMM_STALL_WARNING), null for none.
   void watch(std::shared_ptr<stall_watch> w) noexcept { watch_ = std::move(w); }
 
