@@ -20,7 +20,8 @@ using json = nlohmann::json;
 constexpr std::int64_t second = 1000000;
 
 json entry(std::uint64_t seq, const std::string& what, const std::string& state,
-           std::int64_t started, std::int64_t ended, const std::string& error = "") {
+           std::int64_t started, std::int64_t ended, const std::string& error = "",
+           const std::string& kind = "timeout") {
   json e = {{"seq", seq},  {"collective", what}, {"dtype", "f32"},        {"count", 4096},
             {"op", "sum"}, {"state", state},     {"started_us", started}, {"ended_us", ended}};
   if (what == "broadcast") {
@@ -31,7 +32,7 @@ json entry(std::uint64_t seq, const std::string& what, const std::string& state,
   }
   if (!error.empty()) {
     e["error"] = error;
-    e["error_kind"] = "timeout";
+    e["error_kind"] = kind;
   }
   return e;
 }
@@ -83,6 +84,30 @@ TEST_CASE("a rank stopped just after a collective is named where it came late") 
   CHECK(says(report,
              "verdict: rank 2 came late to #3 \\(5\\.0 s after the first rank\\). the "
              "others timed out waiting \\(DISTCOMM_TIMEOUT\\), rank 0 in #2"));
+}
+
+TEST_CASE("the same, where the waiting rank learnt it from the first to time out") {
+  // As above, but rank 3 gave up on rank 2 in #3 first (round 0 of the exchange waits no
+  // stagger) and its abort ended rank 0's wait in #2 as a peer_lost_error.
+  std::vector<dump> dumps;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<json> e = alike();
+    if (r == 0) {
+      e.push_back(entry(2, "broadcast", "failed", 100, 100 + 5 * second,
+                        "rank 3 aborted: rank 2 did not start the collective", "peer_lost"));
+    } else {
+      e.push_back(entry(2, "broadcast", "completed", 100, 110));
+      const std::int64_t start = r == 2 ? 120 + 5 * second : 120;
+      e.push_back(entry(3, "allreduce", "failed", start, 130 + 5 * second, "timed out"));
+    }
+    dumps.push_back(rank_dump(r, 200 + 5 * second, e));
+  }
+  const std::string report = analyse(dumps);
+  INFO(report);
+  CHECK(says(report,
+             "verdict: rank 2 came late to #3 \\(5\\.0 s after the first rank\\). the "
+             "others timed out waiting \\(DISTCOMM_TIMEOUT\\), rank 0 in #2"));
+  CHECK_FALSE(says(report, "rank 0 failed in #2"));
 }
 
 TEST_CASE("a rank that failed where the others completed, with nobody late, is named") {

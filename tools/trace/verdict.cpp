@@ -369,13 +369,18 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
       if (!failed_timeout.empty()) out << "; the others timed out waiting (DISTCOMM_TIMEOUT)";
       out << "\n";
     } else if (const auto next = late_to(cm, s + 1).second;
-               !completed.empty() && !failed_timeout.empty() && !next.empty()) {
+               !completed.empty() && !(failed_timeout.empty() && failed_lost.empty()) &&
+               !next.empty()) {
       // A rank stopped just after a collective may still hold its last messages of it (a
       // transport's thread sends them after the call returned): the ranks waiting for them time
-      // out there, while those it had already served went on to the next and waited for it.
+      // out there (or learn it from the first rank that timed out, whichever comes first), while
+      // those it had already served went on to the next and waited for it.
+      std::vector<int> waiting = failed_timeout;
+      waiting.insert(waiting.end(), failed_lost.begin(), failed_lost.end());
+      std::sort(waiting.begin(), waiting.end());
       out << "verdict: " << list(ranks_of(next)) << " came late to #" << s + 1 << " ("
           << seconds(next.front().second) << " after the first rank); the others timed out "
-          << "waiting (DISTCOMM_TIMEOUT), " << list(failed_timeout) << " in " << where
+          << "waiting (DISTCOMM_TIMEOUT), " << list(waiting) << " in " << where
           << " for what it had not sent yet\n";
     } else if (!completed.empty()) {
       std::vector<int> rest;
