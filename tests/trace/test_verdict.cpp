@@ -110,6 +110,22 @@ TEST_CASE("the same, where the waiting rank learnt it from the first to time out
   CHECK_FALSE(says(report, "rank 0 failed in #2"));
 }
 
+TEST_CASE("a rank killed just after a collective, its last message lost, is named") {
+  // Rank 2 completed #2 and was killed with its last message to rank 0 unsent: ranks 1 and 3
+  // completed #2, rank 0 lost rank 2 there; rank 2 left no dump.
+  std::vector<dump> dumps;
+  for (int r : {0, 1, 3}) {
+    std::vector<json> e = alike();
+    e.push_back(r == 0 ? entry(2, "broadcast", "failed", 100, 110, "rank 2 closed the connection",
+                               "peer_lost")
+                       : entry(2, "broadcast", "completed", 100, 110));
+    dumps.push_back(rank_dump(r, 200, e));
+  }
+  const std::string report = analyse(dumps);
+  INFO(report);
+  CHECK(says(report, "verdict: rank 2 left no record, and the others lost it in #2"));
+}
+
 TEST_CASE("a rank that failed where the others completed, with nobody late, is named") {
   std::vector<dump> dumps;
   for (int r = 0; r < 4; ++r) {

@@ -382,14 +382,9 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
           << seconds(next.front().second) << " after the first rank); the others timed out "
           << "waiting (DISTCOMM_TIMEOUT), " << list(waiting) << " in " << where
           << " for what it had not sent yet\n";
-    } else if (!completed.empty()) {
-      std::vector<int> rest;
-      for (int r : cm.ranks) {
-        if (std::find(completed.begin(), completed.end(), r) == completed.end()) rest.push_back(r);
-      }
-      out << "verdict: " << list(rest) << " failed in " << where << ", which " << list(completed)
-          << " completed (see the errors above)\n";
     } else if (!absent.empty()) {
+      // A rank with no record at all comes first, even where some completed the collective: a
+      // rank killed just after one may have taken its last messages of it along.
       out << "verdict: " << list(absent) << " left no record, and the others ";
       if (!failed_lost.empty()) {
         out << "lost " << (absent.size() == 1 ? "it" : "them") << " in " << where
@@ -403,6 +398,13 @@ std::string analyse(const std::vector<dump>& dumps, int expected_ranks) {
       } else {
         out << "failed in " << where << "\n";
       }
+    } else if (!completed.empty()) {
+      std::vector<int> rest;
+      for (int r : cm.ranks) {
+        if (std::find(completed.begin(), completed.end(), r) == completed.end()) rest.push_back(r);
+      }
+      out << "verdict: " << list(rest) << " failed in " << where << ", which " << list(completed)
+          << " completed (see the errors above)\n";
     } else if (!still_inside.empty()) {
       out << "verdict: " << list(still_inside) << " still inside " << where
           << " when dumped; the other ranks had left it\n";
