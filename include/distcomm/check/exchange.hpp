@@ -84,7 +84,6 @@ class dissemination {
       const bool in_brief = brief_form && !is_left(s.full.hi);
       std::size_t n = sized_messages<B> ? sizeof(agreement) : sent_.bytes(k);
       if (in_brief) {
-        s.digests.sender = nonce_;
         sent_.put(k, s.digests);
         n = sized_message_bytes(p, k, stride);
       } else {
