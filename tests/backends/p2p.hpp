@@ -12,12 +12,13 @@ namespace backend_suite {
 
 // Tags of these tests: above every strategy's (strategy/detail.hpp), below MPI's 32767.
 constexpr dc::tag_t tag_ordered = 101, tag_overtake = 102, tag_empty = 103, tag_smaller = 111,
-                    tag_larger = 112, tag_larger_rndv = 113, tag_up_to = 114, tag_timeout = 121,
-                    tag_cancel = 131;
+                    tag_larger = 112, tag_larger_rndv = 113, tag_up_to = 114, tag_split = 115,
+                    tag_split_smaller = 116, tag_timeout = 121, tag_cancel = 131;
 
 // Message k of every rank to every other rank on tag_ordered, in int64 elements: a zero-byte one
-// among them, and 24 KB / 160 KB ones above the eager limits of Open MPI's vader and UCX.
-constexpr std::size_t ordered_sizes[] = {1, 3000, 0, 20000, 2};
+// among them, 4,000 and 8,000 bytes (mpi sends them as several messages: backends/mpi/src/
+// pieces.hpp), and 24 KB / 160 KB ones above the eager limits of Open MPI's vader and UCX.
+constexpr std::size_t ordered_sizes[] = {1, 3000, 500, 0, 20000, 1000, 2};
 
 inline std::int64_t ordered_value(int from, int to, std::size_t k, std::size_t j) {
   return ((from * 16 + to) * 8 + static_cast<std::int64_t>(k)) * 100000 +
@@ -165,7 +166,7 @@ TEST_CASE_TEMPLATE_DEFINE("point-to-point: a size mismatch is a mismatch_error, 
     // After each mismatch the tag goes on working: the failed message was consumed whole.
     if (ctx.rank == 1) {
       std::vector<std::int64_t> data(25000, 3);
-      const std::int64_t next[3] = {77, 78, 79};
+      const std::int64_t next[3] = {77, 78, 79};  // after each mismatch
       std::vector<typename B::request> sends;
       sends.push_back(b.isend(data.data(), 16, 0, tag_smaller));
       sends.push_back(b.isend(&next[0], 8, 0, tag_smaller));
@@ -173,6 +174,11 @@ TEST_CASE_TEMPLATE_DEFINE("point-to-point: a size mismatch is a mismatch_error, 
       sends.push_back(b.isend(&next[1], 8, 0, tag_larger));
       sends.push_back(b.isend(data.data(), 200000, 0, tag_larger_rndv));
       sends.push_back(b.isend(&next[2], 8, 0, tag_larger_rndv));
+      // Sizes mpi sends as several messages, against a receive of another such size.
+      sends.push_back(b.isend(data.data(), 8000, 0, tag_split));
+      sends.push_back(b.isend(&next[0], 8, 0, tag_split));
+      sends.push_back(b.isend(data.data(), 4096, 0, tag_split_smaller));
+      sends.push_back(b.isend(&next[1], 8, 0, tag_split_smaller));
       for (auto& s : sends) {
         try {
           s.wait(soon());
@@ -192,6 +198,12 @@ TEST_CASE_TEMPLATE_DEFINE("point-to-point: a size mismatch is a mismatch_error, 
       expect_mismatch(b.irecv(buf.data(), buf.size(), 1, tag_larger_rndv), "100000 bytes");
       b.irecv(&v, 8, 1, tag_larger_rndv).wait(soon());
       CHECK(v == 79);
+      expect_mismatch(b.irecv(buf.data(), 4096, 1, tag_split), "4096 bytes");
+      b.irecv(&v, 8, 1, tag_split).wait(soon());
+      CHECK(v == 77);
+      expect_mismatch(b.irecv(buf.data(), 12000, 1, tag_split_smaller), "4096 bytes");
+      b.irecv(&v, 8, 1, tag_split_smaller).wait(soon());
+      CHECK(v == 78);
     }
     ctl.barrier();
   });
@@ -209,15 +221,19 @@ TEST_CASE_TEMPLATE_DEFINE(
       REQUIRE(ctx.size >= 2);
       control<B> ctl(ctx);
       B b = ctx.make();
-      // Sizes below, at and above the eager limits, a zero-byte one, then one above the capacity
-      // (mismatch_error, consumed whole: the next message still arrives).
-      const std::size_t sizes[] = {5, 0, 4096, 160000, 200000};
+      // Sizes below, at and above the eager limits and mpi's pieces (4,000 to 12,000 bytes go as
+      // several messages), a zero-byte one, then one above the capacity (mismatch_error, consumed
+      // whole: the next message still arrives).
+      const std::size_t sizes[] = {5,    0,     3999,  4000,   4001,  4096,
+                                   8000, 12000, 12001, 160000, 200000};
       if (ctx.rank == 1) {
         std::vector<unsigned char> data(200000);
         for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 7);
         const std::int64_t next = 81;
         std::vector<typename B::request> sends;
         for (std::size_t n : sizes) sends.push_back(b.isend(data.data(), n, 0, tag_up_to));
+        sends.push_back(b.isend(data.data(), 4000, 0, tag_up_to));
+        sends.push_back(b.isend(data.data(), 8000, 0, tag_up_to));
         sends.push_back(b.isend(&next, sizeof next, 0, tag_up_to));
         for (auto& s : sends) {
           try {
@@ -244,8 +260,12 @@ TEST_CASE_TEMPLATE_DEFINE(
           CHECK(same);
           CHECK(buf[capacity] == 0xee);  // nothing past the capacity
         }
-        std::int64_t v = 0;
+        // A capacity of exactly one piece, then a split message above a capacity within it.
         std::size_t got = 0;
+        b.irecv_up_to(buf.data(), 4000, &got, 1, tag_up_to).wait(soon());
+        CHECK(got == 4000);
+        expect_mismatch(b.irecv_up_to(buf.data(), 4100, &got, 1, tag_up_to), "4100");
+        std::int64_t v = 0;
         b.irecv_up_to(&v, sizeof v, &got, 1, tag_up_to).wait(soon());
         CHECK(got == sizeof v);
         CHECK(v == 81);

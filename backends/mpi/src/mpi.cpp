@@ -15,6 +15,7 @@
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "mpi_state.hpp"
+#include "pieces.hpp"
 #include "tags.hpp"
 
 namespace distcomm {
@@ -172,6 +173,14 @@ struct discarded {
   std::unique_ptr<unsigned char[]> buf;
 };
 
+// The rest of a split message (pieces.hpp) whose receive took a piece of the wrong size, or went
+// before the message ended: its pieces are discarded before any later receive of the key matches.
+struct drain {
+  MPI_Comm comm;
+  int peer;
+  int tag;
+};
+
 // Process-wide, as MPI's own matching is: a rank waiting on one backend must still take what a
 // peer sends it through another (tests/backends' control communicator waits in barriers while the
 // backend under test has receives pending). Allocated once and never destroyed, so that requests
@@ -180,6 +189,7 @@ struct discarded {
 struct receive_queue {
   std::vector<pending_receive> pending;  // posting order
   std::vector<discarded> discards;
+  std::vector<drain> drains;
   std::vector<pending_receive> blocked;  // scratch of serve(): keys with nothing to match now
 };
 
@@ -192,9 +202,19 @@ bool same_key(const pending_receive& a, const pending_receive& b) {
   return a.peer == b.peer && a.tag == b.tag && a.comm == b.comm;
 }
 
+// Receives a message of the wrong size into a buffer of its own, so that it is gone from MPI.
+void discard(MPI_Message& msg, int got, std::vector<discarded>& discards) {
+  discarded d{MPI_REQUEST_NULL,
+              std::make_unique<unsigned char[]>(static_cast<std::size_t>(std::max(got, 1)))};
+  if (MPI_Imrecv(d.buf.get(), got, MPI_BYTE, &msg, &d.req) == MPI_SUCCESS) {
+    discards.push_back(std::move(d));
+  }
+}
+
 // Matches e's next pieces with the messages that have arrived. True once nothing of it is left to
-// match: every piece matched, one had the wrong size, or MPI failed (recorded in the piece).
-bool match(pending_receive& e, std::vector<discarded>& discards) {
+// match: every piece matched (or, for a receive of any size, the message ended), one had the
+// wrong size, or MPI failed (recorded in the piece).
+bool match(pending_receive& e, receive_queue& q) {
   while (e.next < e.count) {
     mpi_piece& p = e.pieces[e.next];
     int flag = 0;
@@ -218,24 +238,46 @@ bool match(pending_receive& e, std::vector<discarded>& discards) {
         p.failed = "MPI_Imrecv";
         return true;
       }
+      if (p.up_to && !mpi_pieces::continues(got)) {  // the message ends here
+        for (std::size_t i = e.next; i < e.count; ++i) e.pieces[i].got = 0;
+        e.next = e.count;
+      }
       continue;
     }
-    // A size mismatch: the request reports it; its later pieces are not matched.
-    discarded d{MPI_REQUEST_NULL,
-                std::make_unique<unsigned char[]>(static_cast<std::size_t>(std::max(got, 1)))};
-    if (MPI_Imrecv(d.buf.get(), got, MPI_BYTE, &msg, &d.req) == MPI_SUCCESS) {
-      discards.push_back(std::move(d));
-    }
+    // A size mismatch: the request reports it; its later pieces are not matched, and the rest of
+    // the sender's message goes.
+    discard(msg, got, q.discards);
+    if (mpi_pieces::continues(got)) q.drains.push_back({e.comm, e.peer, e.tag});
     return true;
   }
   return true;
 }
 
-// Takes a not fully matched receive out of the queue (its pieces are about to go away).
+// Discards d's next pieces as they arrive. True once its message ended.
+bool drained(const drain& d, std::vector<discarded>& discards) {
+  for (;;) {
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    if (MPI_Improbe(d.peer, d.tag, d.comm, &flag, &msg, &st) != MPI_SUCCESS) return true;
+    if (!flag) return false;
+    int got = 0;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    discard(msg, got, discards);
+    if (!mpi_pieces::continues(got)) return true;
+  }
+}
+
+// Takes a not fully matched receive out of the queue (its pieces are about to go away). A split
+// message it had begun to take is drained.
 void retract(const mpi_piece* pieces) {
-  auto& pending = queue().pending;
+  receive_queue& q = queue();
+  auto& pending = q.pending;
   for (auto it = pending.begin(); it != pending.end(); ++it) {
     if (it->pieces == pieces) {
+      if (it->next > 0 && mpi_pieces::continues(it->pieces[it->next - 1].got)) {
+        q.drains.push_back({it->comm, it->peer, it->tag});
+      }
       pending.erase(it);  // keeps the others in posting order
       return;
     }
@@ -256,10 +298,19 @@ void mpi_serve_receives() {
                            }),
             d.end());
   }
+  q.blocked.clear();
+  if (!q.drains.empty()) {  // before any receive of their keys
+    std::size_t left = 0;
+    for (const drain& d : q.drains) {
+      if (drained(d, q.discards)) continue;
+      q.drains[left++] = d;
+      q.blocked.push_back({d.comm, d.peer, d.tag, nullptr, 0, 0});
+    }
+    q.drains.resize(left);
+  }
   if (q.pending.empty()) return;
   // One pass in posting order: a key whose first receive found nothing is skipped for the rest of
   // the pass, so receives of one peer and tag match in the order they were posted.
-  q.blocked.clear();
   std::size_t kept = 0;
   for (std::size_t i = 0; i < q.pending.size(); ++i) {
     pending_receive& e = q.pending[i];
@@ -267,8 +318,9 @@ void mpi_serve_receives() {
     const bool blocked = std::any_of(q.blocked.begin(), q.blocked.end(),
                                      [&](const pending_receive& b) { return same_key(b, e); });
     if (!blocked) {
-      done = match(e, q.discards);
-      if (!done) q.blocked.push_back(e);
+      const std::size_t drains = q.drains.size();
+      done = match(e, q);
+      if (!done || q.drains.size() != drains) q.blocked.push_back(e);
     }
     if (!done) q.pending[kept++] = e;
   }
@@ -278,9 +330,6 @@ void mpi_serve_receives() {
 }  // namespace detail
 
 namespace {
-
-// Largest piece of one message: messages above INT_MAX bytes are split (MPI counts are int).
-constexpr std::size_t max_piece = std::size_t{1} << 30;
 
 // How long destroying a pending send waits for a healthy peer to take it, or a matched receive for
 // its data. A peer inside a collective takes a message within milliseconds; seconds mean it is
@@ -293,18 +342,6 @@ void check_peer(int peer, int size, const char* what) {
   if (peer < 0 || peer >= size) {
     throw invalid_argument_error(std::string("mpi: ") + what + ": peer " + std::to_string(peer) +
                                  " is not a rank (world size " + std::to_string(size) + ")");
-  }
-}
-
-// Pieces of a `bytes`-long message: one piece up to INT_MAX, else 1 GiB pieces.
-template <class Post>
-void for_each_piece(std::size_t bytes, Post&& post) {
-  if (bytes <= static_cast<std::size_t>(INT_MAX)) {
-    post(std::size_t{0}, static_cast<int>(bytes));
-    return;
-  }
-  for (std::size_t off = 0; off < bytes; off += max_piece) {
-    post(off, static_cast<int>(std::min(max_piece, bytes - off)));
   }
 }
 
@@ -407,11 +444,12 @@ std::string mpi_request::describe() const {
 }
 
 void mpi_request::throw_mismatch(const detail::mpi_piece& p) const {
-  // The pieces before p matched exactly. A sender splits only above INT_MAX, into 1 GiB pieces,
-  // so a full-size piece may have more behind it.
+  // The pieces before p matched exactly. A piece of 1 GiB or of mpi_pieces::eager_piece bytes
+  // has more behind it (pieces.hpp).
   const std::size_t before = static_cast<std::size_t>(p.data - pieces_.front().data);
   const std::size_t sent = before + static_cast<std::size_t>(p.got);
-  const bool more = static_cast<std::size_t>(p.got) == max_piece;
+  const bool more = static_cast<std::size_t>(p.got) == detail::mpi_pieces::max_piece ||
+                    detail::mpi_pieces::continues(p.got);
   const std::string me = std::to_string(state_->rank);
   throw mismatch_error("mpi: rank " + me + ": " + describe() + ": rank " + std::to_string(peer_) +
                        " sent " + (more ? "at least " : "") + std::to_string(sent) +
@@ -448,7 +486,11 @@ bool mpi_request::test() {
     if (!flag) all_done = false;
   }
   if (all_done) {
-    if (got_) *got_ = static_cast<std::size_t>(pieces_.front().got);
+    if (got_) {
+      std::size_t sum = 0;
+      for (const detail::mpi_piece& p : pieces_) sum += static_cast<std::size_t>(p.got);
+      *got_ = sum;
+    }
     pieces_.clear();
     state_.reset();
   }
@@ -563,8 +605,8 @@ mpi_request mpi_backend::isend(const void* data, std::size_t bytes, int peer, ta
   const int wire_tag = detail::mpi_tag(tag, state_->tag_ub);  // refused before anything is sent
   mpi_request r(state_, true, peer, tag, bytes);
   auto* base = static_cast<unsigned char*>(const_cast<void*>(data));  // only read
-  r.pieces_.reserve(bytes <= static_cast<std::size_t>(INT_MAX) ? 1 : bytes / max_piece + 1);
-  for_each_piece(bytes, [&](std::size_t off, int n) {
+  r.pieces_.reserve(detail::mpi_pieces::piece_count(bytes));
+  detail::mpi_pieces::for_each_piece(bytes, [&](std::size_t off, int n) {
     detail::mpi_piece p;
     p.data = base + off;
     p.bytes = n;
@@ -592,14 +634,19 @@ mpi_request mpi_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t*
   const int wire_tag = detail::mpi_tag(tag, state_->tag_ub);
   mpi_request r(state_, false, peer, tag, bytes);
   auto* base = static_cast<unsigned char*>(data);
-  r.pieces_.reserve(bytes <= static_cast<std::size_t>(INT_MAX) ? 1 : bytes / max_piece + 1);
-  for_each_piece(bytes, [&](std::size_t off, int n) {
+  r.pieces_.reserve(detail::mpi_pieces::piece_count(bytes));
+  const auto add = [&](std::size_t off, int n) {
     detail::mpi_piece p;
     p.data = base + off;
     p.bytes = n;
     p.up_to = got != nullptr;
     r.pieces_.push_back(p);
-  });
+  };
+  if (got) {
+    detail::mpi_pieces::for_each_receive_piece(bytes, add);
+  } else {
+    detail::mpi_pieces::for_each_piece(bytes, add);
+  }
   r.got_ = got;
   // Matched by the waits (detail::mpi_serve_receives), never posted to MPI before its size is
   // known. From here the pieces keep their address: r.pieces_ is not resized again.
