@@ -123,7 +123,7 @@ class mpi_backend {
   // The call check's messages carry up to 11,936 bytes of contributions (check/carried.hpp): with
   // the exchange's header, at most three of the pieces that stay in Open MPI's eager protocol
   // over shared memory (btl vader; backends/mpi/src/pieces.hpp). Above, the separate agreement
-  // costs under 10% of the call. At 2 processes, 2026-11-28 22:20 UTC: 8 KiB carried took 2.15 us
+  // costs under 10% of the call. At 2 processes, 2026-11-28 22:10 UTC: 8 KiB carried took 2.15 us
   // (unchecked 2.06), with a separate agreement 2.63.
   static constexpr std::size_t carried_budget = 11936;
 
