@@ -6,7 +6,9 @@
 // Transports. Endpoints ask UCX for peer failure reports (UCP_ERR_HANDLING_MODE_PEER), so UCP
 // only picks transports that can give them: TCP, RDMA, and shared memory where that UCX's
 // shared-memory transports can report a dead peer. UCX 1.13 (Debian 12's) cannot: there even
-// ranks on one host talk TCP over loopback.
+// ranks on one host talk TCP over loopback. Without an RDMA device, the backend moves UCX's
+// rendezvous threshold to 512 KiB (UCX_RNDV_THRESH, when set, wins): each rendezvous handshake
+// costs a wait here.
 //
 // Progress and waiting. There is no progress thread: the worker advances only inside test(),
 // wait(), the destruction of a pending request, the constructor (which ends with a zero-byte
