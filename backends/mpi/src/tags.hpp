@@ -40,25 +40,28 @@ inline tag_t largest_user_tag(int tag_ub) {
 // Throws invalid_argument_error for a tag outside its range.
 inline int mpi_tag(tag_t tag, int tag_ub) {
   const auto ub = static_cast<tag_t>(tag_ub);
-  const std::string reported =
-      "this MPI library reports MPI_TAG_UB " + std::to_string(tag_ub) + " for the communicator";
+  // Built only for an error: every message of every collective comes through here.
+  const auto reported = [tag_ub] {
+    return "this MPI library reports MPI_TAG_UB " + std::to_string(tag_ub) +
+           " for the communicator";
+  };
   if (ub >= largest_tag) {
     if (tag <= ub) return static_cast<int>(tag);
     throw invalid_argument_error("mpi: tag " + std::to_string(tag) + " is above MPI_TAG_UB (" +
-                                 reported + "); use a tag below user_tag_base (2^30)");
+                                 reported() + "); use a tag below user_tag_base (2^30)");
   }
   if (tag < user_tag_base) {
     if (tag < own_tag_span) return static_cast<int>(tag);
     throw invalid_argument_error("mpi: tag " + std::to_string(tag) +
                                  " of a collective or a direct backend call is not below " +
                                  std::to_string(own_tag_span) + ", the tags kept for them when " +
-                                 reported + "; use a tag below " + std::to_string(own_tag_span));
+                                 reported() + "; use a tag below " + std::to_string(own_tag_span));
   }
   const tag_t user = tag - user_tag_base;
   if (user <= largest_user_tag(tag_ub)) return static_cast<int>(own_tag_span + user);
   throw invalid_argument_error(
       "mpi: user tag " + std::to_string(user) + " cannot be sent on this communicator: " +
-      reported + ", which leaves user tags 0 to " + std::to_string(largest_user_tag(tag_ub)) +
+      reported() + ", which leaves user tags 0 to " + std::to_string(largest_user_tag(tag_ub)) +
       " (send, recv, sendrecv and their i- forms); use a tag in that range");
 }
 
