@@ -159,11 +159,23 @@ std::uint64_t digest(const call_fingerprint& f) noexcept {
                                  half(f.op) << 32 | half(f.root),
                                  half(f.tensors) << 32 | half(f.deterministic),
                                  half(f.ps_servers)};
-  std::uint64_t h = 0x243f6a8885a308d3;  // mixed word by word (splitmix64's finaliser)
-  for (const std::uint64_t w : words) {
+  // Mixed word by word (splitmix64's finaliser) in two independent lanes, even and odd words,
+  // then the lanes into each other: half the chain of multiplies a collective waits for, 10.9 ns
+  // a digest against 18.7 in one lane (2026-11-28), on every checked call of shm, whose 8-byte
+  // allreduce takes 0.2 us.
+  const auto mix = [](std::uint64_t h, std::uint64_t w) {
     h = (h ^ w) * 0x9e3779b97f4a7c15;
-    h ^= h >> 31;
+    return h ^ (h >> 31);
+  };
+  std::uint64_t a = 0x243f6a8885a308d3;
+  std::uint64_t b = 0x13198a2e03707344;
+  constexpr std::size_t n = sizeof words / sizeof words[0];
+  for (std::size_t i = 0; i + 1 < n; i += 2) {
+    a = mix(a, words[i]);
+    b = mix(b, words[i + 1]);
   }
+  if (n % 2 != 0) a = mix(a, words[n - 1]);
+  const std::uint64_t h = mix(a, b);
   return h == 0 ? 1 : h;
 }
 

@@ -469,9 +469,9 @@ struct shm_state {
     check::deferred_agreement* d = std::exchange(deferred, nullptr);
     if (d == nullptr || !d->pending) return false;
     d->pending = false;
-    agree(d->state, d->what, d->until);
+    const bool same = agree(d->state, d->what, d->until);
     d->exchanged = true;
-    if (!d->state.agreed()) {
+    if (!same && !d->state.agreed()) {
       staged = staged_at_defer;
       d->settle();
     }
@@ -532,8 +532,9 @@ struct shm_state {
   // goes beside its arrival counter, every rank arrives, and each compares the peers' digests with
   // its own; where they differ, the full fingerprints go to the slots of one more generation and
   // each rank merges every peer's into `state`. A slot is rewritten two generations later at the
-  // earliest, after every peer has arrived once more, so after it has read it.
-  void agree(check::agreement& state, const char* what, deadline until) {
+  // earliest, after every peer has arrived once more, so after it has read it. True where every
+  // digest was this rank's (`state` then holds its fingerprint alone: agreed).
+  bool agree(check::agreement& state, const char* what, deadline until) {
     const std::uint64_t g = generation + 1;
     const std::uint64_t mine = check::digest(state.lo);  // lo == hi: this rank's alone
     me().digest[g % 2].store(mine, std::memory_order_relaxed);
@@ -549,7 +550,7 @@ struct shm_state {
       same = same && theirs == mine;
       notice = notice || theirs == 0;
     }
-    if (same) return;
+    if (same) return true;
     std::uint64_t full = g;
     if (!notice) {
       full = generation + 1;
@@ -563,6 +564,7 @@ struct shm_state {
       std::memcpy(static_cast<void*>(&theirs), &of(q).head().agreed[full % 2], sizeof theirs);
       state.merge(theirs);
     }
+    return false;
   }
 
   // A communicator destroyed: its notice stands in for its part of the next agreement.
