@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -288,6 +289,47 @@ TEST_CASE("init: over a job the program met itself (a shared store), not the lau
   CHECK(error_of([&] {
           dc::init(two, {"local", "", quick()});
         }).find("threads of one process") != std::string::npos);
+}
+
+TEST_CASE("init: the interface in init_options::settings reaches gloo and ucx") {
+  // DISTCOMM_IFACE from code, not the environment: a wrong one is refused before the ranks meet,
+  // naming it; loopback's own name then connects.
+  ::unsetenv("DISTCOMM_IFACE");
+  for (const std::string backend : {"gloo", "ucx"}) {
+    if (!dc::is_built_backend(backend)) continue;
+    CAPTURE(backend);
+    for (const std::string iface : {"no-such-interface.invalid", "lo"}) {
+      CAPTURE(iface);
+      auto kv = std::make_shared<dc::hash_store>(std::chrono::duration<double>(30.0));
+      dc::config c = quick();
+      c.iface = iface;
+      std::vector<std::string> errors(2);
+      std::vector<double> sums(2, 0.0);
+      auto rank = [&](int r) {
+        try {
+          dc::job j;
+          j.world.rank = r;
+          j.world.size = 2;
+          j.kv = kv;
+          dc::any_communicator comm = dc::init(j, {backend, "ring", c});
+          double x = r + 1.0;
+          comm.allreduce(dc::view(&x, 1));
+          sums[static_cast<std::size_t>(r)] = x;
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      };
+      std::thread other(rank, 1);
+      rank(0);
+      other.join();
+      if (iface == "lo") {
+        CHECK(errors == std::vector<std::string>(2));
+        CHECK(sums == std::vector<double>{3.0, 3.0});
+      } else {
+        for (const std::string& e : errors) CHECK_MESSAGE(e.find(iface) != std::string::npos, e);
+      }
+    }
+  }
 }
 
 TEST_CASE("init: unknown names fail before anything connects, naming what there is") {

@@ -382,6 +382,7 @@ void gloo_backend::native_barrier(deadline until) {
 gloo_backend gloo_backend::connect(const config& cfg, const job* given) {
   gloo_options o;
   o.timeout = cfg.timeout;
+  if (!cfg.iface.empty()) o.hostname = bind_host(cfg.iface);  // refused here if this host lacks it
   check_interface(o);  // a wrong DISTCOMM_IFACE: refused on every rank before they meet
   return gloo_backend(given ? *given : shared_bootstrap(cfg), o);
 }

@@ -126,6 +126,7 @@ struct ucx_state {
   int size = 1;
   std::chrono::duration<double> timeout{300.0};
   std::string prefix;
+  std::string iface;  // as DISTCOMM_IFACE; empty: DISTCOMM_IFACE itself
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int event_fd = -1;            // the worker's, signalled by every transport (UCP_FEATURE_WAKEUP)
@@ -389,7 +390,8 @@ struct ucx_state {
   }
 
   void connect() {
-    const std::string iface = distcomm::config::from_env().iface;  // DISTCOMM_IFACE, below
+    const std::string iface =  // DISTCOMM_IFACE, below
+        this->iface.empty() ? distcomm::config::from_env().iface : this->iface;
     ucp_config_t* config = nullptr;
     check("ucp_config_read", ucp_config_read(nullptr, nullptr, &config));
     if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
@@ -740,7 +742,7 @@ std::optional<ucx_backend> ucx_backend::split(const std::vector<int>& members,
   j.world.rank = detail::position_in(members, rank_, ucx_backend::name);
   j.world.size = static_cast<int>(members.size());
   j.kv = std::make_shared<prefix_store>(state_->prefix + "split/" + name, state_->kv);
-  return ucx_backend(j, state_->timeout);
+  return ucx_backend(j, state_->timeout, state_->iface);
 }
 
 std::shared_ptr<store> ucx_backend::group_store() const {
@@ -748,7 +750,8 @@ std::shared_ptr<store> ucx_backend::group_store() const {
   return std::make_shared<prefix_store>(state_->prefix + "group/", state_->kv);
 }
 
-ucx_backend::ucx_backend(const job& j, std::optional<std::chrono::duration<double>> timeout)
+ucx_backend::ucx_backend(const job& j, std::optional<std::chrono::duration<double>> timeout,
+                         std::string iface)
     : rank_(j.world.rank), size_(j.world.size) {
   if (size_ > 1 && j.kv == nullptr) {
     throw invalid_argument_error("ucx_backend: a job of " + std::to_string(size_) +
@@ -763,6 +766,7 @@ ucx_backend::ucx_backend(const job& j, std::optional<std::chrono::duration<doubl
   state_->rank = rank_;
   state_->size = size_;
   state_->timeout = timeout ? *timeout : config::from_env().timeout;
+  state_->iface = std::move(iface);
   state_->connect();
 }
 
@@ -864,7 +868,7 @@ void ucx_backend::abort(const std::string& reason) noexcept {
 ucx_backend ucx_backend::connect(const config& cfg, const job* given) {
   // A DISTCOMM_IFACE this host does not have: refused on every rank before they meet.
   if (!cfg.iface.empty()) (void)interface_for(cfg.iface);
-  return ucx_backend(given ? *given : shared_bootstrap(cfg), cfg.timeout);
+  return ucx_backend(given ? *given : shared_bootstrap(cfg), cfg.timeout, cfg.iface);
 }
 
 }  // namespace distcomm

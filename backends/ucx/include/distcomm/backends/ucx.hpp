@@ -134,9 +134,12 @@ class ucx_backend {
   // (config::from_env().timeout).
   ucx_backend(store& kv, int rank, int size,
               std::optional<std::chrono::duration<double>> timeout = std::nullopt);
-  // From distcomm::bootstrap(); keeps j.kv alive. A one-rank job needs no store.
+  // From distcomm::bootstrap(); keeps j.kv alive. A one-rank job needs no store. `iface`: the
+  // network interface, address or subnet UCX uses (as DISTCOMM_IFACE; UCX_NET_DEVICES, when set,
+  // wins); empty: DISTCOMM_IFACE.
   explicit ucx_backend(const job& j,
-                       std::optional<std::chrono::duration<double>> timeout = std::nullopt);
+                       std::optional<std::chrono::duration<double>> timeout = std::nullopt,
+                       std::string iface = {});
 
   // This rank of `given` (a job the program met itself), else of the job the launcher started
   // (shared_bootstrap); cfg.timeout. A DISTCOMM_IFACE this host lacks is refused before the
