@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include <condition_variable>
@@ -49,6 +50,17 @@ class progress {
   // callback waiting on its own communicator would wait for itself).
   template <class F>
   void run(const char* what, F&& f) {
+    // Until a call is queued there is no thread, no queue and nothing in flight: a blocking call
+    // only has to claim the communicator, without the lock (two lock pairs were a tenth of an
+    // 8-byte shm allreduce).
+    if (!started_.load()) {
+      bool free_now = false;
+      if (busy_.compare_exchange_strong(free_now, true)) {
+        const idle_on_exit done{*this};
+        f();
+        return;
+      }
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     if (std::this_thread::get_id() == thread_id_) {
       throw invalid_argument_error(
@@ -57,10 +69,10 @@ class progress {
           "communicator's collectives; it would wait for itself (start "
           "the non-blocking form instead, or call it from another thread)");
     }
-    if (queue_.empty() && !busy_ && in_flight_ == 0) {
-      busy_ = true;
+    bool free_now = false;
+    if (queue_.empty() && in_flight_ == 0 && busy_.compare_exchange_strong(free_now, true)) {
       lock.unlock();
-      const idle_on_exit idle{*this};
+      const idle_on_exit done{*this};
       f();
       return;
     }
@@ -86,6 +98,7 @@ class progress {
       if (stopping_) {
         throw error("a collective was started on a communicator that is being destroyed");
       }
+      started_.store(true);  // from now on every call takes the lock
       queue_.push_back({std::move(start), state});
       if (!thread_.joinable()) {
         thread_ = std::thread([this] { loop(); });
@@ -98,8 +111,12 @@ class progress {
 
   // Waits until everything started so far has run, and what it left in flight has completed.
   void drain() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return queue_.empty() && !busy_ && in_flight_ == 0; });
+    waiting_.fetch_add(1);  // a call ending without the lock then wakes this wait
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return queue_.empty() && !busy_ && in_flight_ == 0; });
+    }
+    waiting_.fetch_sub(1);
   }
 
   // Runs what is queued and joins the thread. Every collective has a deadline, so this ends.
@@ -121,14 +138,17 @@ class progress {
     poll_fn poll;
     std::shared_ptr<work_state> state;
   };
+  // Releases the communicator and wakes whoever may wait for it: the thread, once started, and
+  // drain(). The flags are sequentially consistent: of this store of busy_ and a waiter's store
+  // of started_ or waiting_, each side sees the other's, or the waiter sees busy_ false.
   struct idle_on_exit {
     progress& p;
     ~idle_on_exit() {
-      {
-        std::lock_guard<std::mutex> lock(p.mutex_);
-        p.busy_ = false;
+      p.busy_.store(false);
+      if (p.started_.load() || p.waiting_.load() > 0) {
+        { const std::lock_guard<std::mutex> lock(p.mutex_); }  // a waiter is in wait(), or sees it
+        p.cv_.notify_all();
       }
-      p.cv_.notify_all();
     }
   };
 
@@ -144,10 +164,10 @@ class progress {
       } else if (!runnable()) {
         cv_.wait_for(lock, backoff, runnable);
       }
-      if (runnable()) {
+      bool free_now = false;
+      if (!queue_.empty() && busy_.compare_exchange_strong(free_now, true)) {
         entry e = std::move(queue_.front());
         queue_.pop_front();
-        busy_ = true;
         lock.unlock();
         std::exception_ptr failure;
         poll_fn poll;
@@ -210,8 +230,12 @@ class progress {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<entry> queue_;
-  bool busy_ = false;  // a collective is running (inline or on the thread)
-  int in_flight_ = 0;  // calls whose work the thread polls
+  // A collective is running (inline or on the thread): claimed by compare-and-swap, since a
+  // blocking call claims it without the lock until started_.
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> started_{false};  // a call was queued (the thread exists, or is starting)
+  std::atomic<int> waiting_{0};       // drain() calls waiting
+  int in_flight_ = 0;                 // calls whose work the thread polls
   bool stopping_ = false;
   std::thread thread_;
   std::thread::id thread_id_;
