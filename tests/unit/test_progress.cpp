@@ -27,49 +27,39 @@ struct exclusive {
   }
 };
 
+// `blocking` threads make `calls` blocking calls each; with `queued`, one more thread queues
+// `calls` calls (the progress thread starts with the first) and waits for them. Every call must
+// run, none beside another.
+void run_from_threads(int blocking, bool queued, int calls) {
+  dd::progress p;
+  exclusive body;
+  std::vector<std::thread> ts;
+  if (queued) {
+    ts.emplace_back([&] {
+      std::vector<distcomm::work> ws;
+      for (int i = 0; i < calls; ++i) ws.push_back(p.post([&] { body(); }));
+      for (auto& w : ws) w.wait();
+    });
+  }
+  for (int t = 0; t < blocking; ++t) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < calls; ++i) p.run("allreduce", [&] { body(); });
+    });
+  }
+  for (auto& t : ts) t.join();
+  p.drain();
+  CHECK(body.overlaps.load() == 0);
+  CHECK(body.ran.load() == (blocking + (queued ? 1 : 0)) * calls);
+}
+
 }  // namespace
 
 TEST_CASE("progress: blocking calls from several threads run one at a time, without a thread") {
-  dd::progress p;
-  exclusive body;
-  constexpr int threads = 4;
-  constexpr int calls = 2000;
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([&] {
-      for (int i = 0; i < calls; ++i) p.run("allreduce", [&] { body(); });
-    });
-  }
-  for (auto& t : ts) t.join();
-  p.drain();
-  CHECK(body.overlaps.load() == 0);
-  CHECK(body.ran.load() == threads * calls);
+  run_from_threads(4, false, 2000);
 }
 
 TEST_CASE("progress: blocking calls and queued ones, from several threads, one at a time") {
-  dd::progress p;
-  exclusive body;
-  constexpr int threads = 3;
-  constexpr int calls = 1000;
-  std::vector<std::thread> ts;
-  // One thread queues (starting the progress thread part-way), the others call and wait.
-  ts.emplace_back([&] {
-    std::vector<distcomm::work> ws;
-    for (int i = 0; i < calls; ++i) {
-      if (i == calls / 4) std::this_thread::yield();
-      ws.push_back(p.post([&] { body(); }));
-    }
-    for (auto& w : ws) w.wait();
-  });
-  for (int t = 1; t < threads; ++t) {
-    ts.emplace_back([&] {
-      for (int i = 0; i < calls; ++i) p.run("allreduce", [&] { body(); });
-    });
-  }
-  for (auto& t : ts) t.join();
-  p.drain();
-  CHECK(body.overlaps.load() == 0);
-  CHECK(body.ran.load() == threads * calls);
+  run_from_threads(2, true, 1000);
 }
 
 TEST_CASE("progress: drain() returns once a blocking call on another thread has run") {
