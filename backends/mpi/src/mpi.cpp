@@ -157,11 +157,24 @@ void mpi_state::throw_aborted() {
 
 namespace {
 
-// A receive not fully matched yet: its pieces from `next` on wait for their messages.
-struct pending_receive {
+// What MPI matches a message by: communicator, source and tag.
+struct receive_key {
   MPI_Comm comm;
   int peer;
   int tag;
+  bool operator==(const receive_key& o) const noexcept {
+    return peer == o.peer && tag == o.tag && comm == o.comm;
+  }
+};
+
+// MPI_Improbe for a message of `key`'s: `flag` set when one arrived, `m` then to receive it.
+int probe(const receive_key& key, int& flag, MPI_Message& m, MPI_Status& st) {
+  return MPI_Improbe(key.peer, key.tag, key.comm, &flag, &m, &st);
+}
+
+// A receive not fully matched yet: its pieces from `next` on wait for their messages.
+struct pending_receive {
+  receive_key key;
   mpi_piece* pieces;  // the request's; their address does not change while it is pending
   std::size_t count;
   std::size_t next;
@@ -173,14 +186,6 @@ struct discarded {
   std::unique_ptr<unsigned char[]> buf;
 };
 
-// The rest of a split message (pieces.hpp) whose receive took a piece of the wrong size, or went
-// before the message ended: its pieces are discarded before any later receive of the key matches.
-struct drain {
-  MPI_Comm comm;
-  int peer;
-  int tag;
-};
-
 // Process-wide, as MPI's own matching is: a rank waiting on one backend must still take what a
 // peer sends it through another (tests/backends' control communicator waits in barriers while the
 // backend under test has receives pending). Allocated once and never destroyed, so that requests
@@ -189,17 +194,15 @@ struct drain {
 struct receive_queue {
   std::vector<pending_receive> pending;  // posting order
   std::vector<discarded> discards;
-  std::vector<drain> drains;
-  std::vector<pending_receive> blocked;  // scratch of serve(): keys with nothing to match now
+  // Keys of split messages (pieces.hpp) whose receive took a piece of the wrong size, or went
+  // before the message ended: the rest is discarded before any later receive of the key matches.
+  std::vector<receive_key> drains;
+  std::vector<receive_key> blocked;  // scratch of serve(): keys with nothing to match now
 };
 
 receive_queue& queue() {
   static receive_queue* q = new receive_queue;
   return *q;
-}
-
-bool same_key(const pending_receive& a, const pending_receive& b) {
-  return a.peer == b.peer && a.tag == b.tag && a.comm == b.comm;
 }
 
 // Receives a message of the wrong size into a buffer of its own, so that it is gone from MPI.
@@ -220,7 +223,7 @@ bool match(pending_receive& e, receive_queue& q) {
     int flag = 0;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
-    int rc = MPI_Improbe(e.peer, e.tag, e.comm, &flag, &msg, &st);
+    int rc = probe(e.key, flag, msg, st);
     if (rc != MPI_SUCCESS) {
       p.error = rc;
       p.failed = "MPI_Improbe";
@@ -247,19 +250,19 @@ bool match(pending_receive& e, receive_queue& q) {
     // A size mismatch: the request reports it; its later pieces are not matched, and the rest of
     // the sender's message goes.
     discard(msg, got, q.discards);
-    if (mpi_pieces::continues(got)) q.drains.push_back({e.comm, e.peer, e.tag});
+    if (mpi_pieces::continues(got)) q.drains.push_back(e.key);
     return true;
   }
   return true;
 }
 
 // Discards d's next pieces as they arrive. True once its message ended.
-bool drained(const drain& d, std::vector<discarded>& discards) {
+bool drained(const receive_key& d, std::vector<discarded>& discards) {
   for (;;) {
     int flag = 0;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
-    if (MPI_Improbe(d.peer, d.tag, d.comm, &flag, &msg, &st) != MPI_SUCCESS) return true;
+    if (probe(d, flag, msg, st) != MPI_SUCCESS) return true;
     if (!flag) return false;
     int got = 0;
     MPI_Get_count(&st, MPI_BYTE, &got);
@@ -276,7 +279,7 @@ void retract(const mpi_piece* pieces) {
   for (auto it = pending.begin(); it != pending.end(); ++it) {
     if (it->pieces == pieces) {
       if (it->next > 0 && mpi_pieces::continues(it->pieces[it->next - 1].got)) {
-        q.drains.push_back({it->comm, it->peer, it->tag});
+        q.drains.push_back(it->key);
       }
       pending.erase(it);  // keeps the others in posting order
       return;
@@ -301,10 +304,10 @@ void mpi_serve_receives() {
   q.blocked.clear();
   if (!q.drains.empty()) {  // before any receive of their keys
     std::size_t left = 0;
-    for (const drain& d : q.drains) {
+    for (const receive_key& d : q.drains) {
       if (drained(d, q.discards)) continue;
       q.drains[left++] = d;
-      q.blocked.push_back({d.comm, d.peer, d.tag, nullptr, 0, 0});
+      q.blocked.push_back(d);
     }
     q.drains.resize(left);
   }
@@ -315,12 +318,11 @@ void mpi_serve_receives() {
   for (std::size_t i = 0; i < q.pending.size(); ++i) {
     pending_receive& e = q.pending[i];
     bool done = false;
-    const bool blocked = std::any_of(q.blocked.begin(), q.blocked.end(),
-                                     [&](const pending_receive& b) { return same_key(b, e); });
+    const bool blocked = std::find(q.blocked.begin(), q.blocked.end(), e.key) != q.blocked.end();
     if (!blocked) {
       const std::size_t drains = q.drains.size();
       done = match(e, q);
-      if (!done || q.drains.size() != drains) q.blocked.push_back(e);
+      if (!done || q.drains.size() != drains) q.blocked.push_back(e.key);
     }
     if (!done) q.pending[kept++] = e;
   }
@@ -651,7 +653,7 @@ mpi_request mpi_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t*
   // Matched by the waits (detail::mpi_serve_receives), never posted to MPI before its size is
   // known. From here the pieces keep their address: r.pieces_ is not resized again.
   detail::queue().pending.push_back(
-      {state_->comm, peer, wire_tag, r.pieces_.data(), r.pieces_.size(), 0});
+      {{state_->comm, peer, wire_tag}, r.pieces_.data(), r.pieces_.size(), 0});
   return r;
 }
 
