@@ -17,23 +17,11 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-build="$here/../build"
-out="figures"
-rounds=5
-while getopts "B:o:r:h" opt; do
-  case "$opt" in
-    B) build="$OPTARG" ;;
-    o) out="$OPTARG" ;;
-    r) rounds="$OPTARG" ;;
-    *) sed -n '2,/^set /{/^#/p}' "$0"; exit 2 ;;
-  esac
-done
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "figures.sh: -r wants a positive number" >&2; exit 2; }
-bin="$build/bin"
-for exe in distcomm-bench-mpi distcomm-bench-gloo distcomm-bench-ucx distcomm-bench-local \
-  distcomm-run; do
-  [[ -x "$bin/$exe" ]] || { echo "figures.sh: $bin/$exe not built" >&2; exit 2; }
-done
+# shellcheck source=bench/rounds.sh
+source "$here/rounds.sh"
+round_options figures.sh figures 5 "$@"
+require_built figures.sh distcomm-bench-mpi distcomm-bench-gloo distcomm-bench-ucx \
+  distcomm-bench-local distcomm-run
 # shellcheck source=scripts/common.sh
 source "$here/../scripts/common.sh"
 ensure_packages iperf3 linux-perf

@@ -21,23 +21,11 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-build="$here/../build"
-out="targets"
-rounds=9
-while getopts "B:o:r:h" opt; do
-  case "$opt" in
-    B) build="$OPTARG" ;;
-    o) out="$OPTARG" ;;
-    r) rounds="$OPTARG" ;;
-    *) sed -n '2,/^set /{/^#/p}' "$0"; exit 2 ;;
-  esac
-done
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "targets.sh: -r wants a positive number" >&2; exit 2; }
-bin="$build/bin"
-for exe in distcomm-bench-shm distcomm-bench-mpi distcomm-bench-gloo distcomm-bench-ucx \
-  distcomm-bench-overlap distcomm-run; do
-  [[ -x "$bin/$exe" ]] || { echo "targets.sh: $bin/$exe not built" >&2; exit 2; }
-done
+# shellcheck source=bench/rounds.sh
+source "$here/rounds.sh"
+round_options targets.sh targets 9 "$@"
+require_built targets.sh distcomm-bench-shm distcomm-bench-mpi distcomm-bench-gloo \
+  distcomm-bench-ucx distcomm-bench-overlap distcomm-run
 command -v mpirun >/dev/null || { echo "targets.sh: mpirun not found (openmpi-bin)" >&2; exit 2; }
 mkdir -p "$out"
 samples="$out/samples.txt"
