@@ -49,8 +49,9 @@ class any_communicator {
   const char* strategy_name() const { return get().strategy_name(); }
   const config& settings() const { return get().settings(); }
   std::uint64_t calls() const { return get().calls(); }
-  // As communicator::agreements() and next_call_agreed().
+  // As communicator::agreements(), overlapped_agreements() and next_call_agreed().
   std::uint64_t agreements() const { return get().agreements(); }
+  std::uint64_t overlapped_agreements() const { return get().overlapped_agreements(); }
   void next_call_agreed() { get().next_call_agreed(); }
   // The memory its backend moves: host, or cuda (nccl).
   memory_kind memory() const { return get().memory(); }
@@ -98,6 +99,7 @@ class any_communicator {
     virtual const config& settings() const = 0;
     virtual std::uint64_t calls() const = 0;
     virtual std::uint64_t agreements() const = 0;
+    virtual std::uint64_t overlapped_agreements() const = 0;
     virtual void next_call_agreed() = 0;
     virtual memory_kind memory() const = 0;
 #define DISTCOMM_ANY_VIRTUAL(name, parameters, arguments) \
@@ -134,6 +136,7 @@ class any_communicator {
     const config& settings() const override { return comm.settings(); }
     std::uint64_t calls() const override { return comm.calls(); }
     std::uint64_t agreements() const override { return comm.agreements(); }
+    std::uint64_t overlapped_agreements() const override { return comm.overlapped_agreements(); }
     void next_call_agreed() override { comm.next_call_agreed(); }
     memory_kind memory() const override {
       return detail::moves_device_memory<typename Comm::backend_type>::value ? memory_kind::cuda

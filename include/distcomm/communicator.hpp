@@ -133,6 +133,9 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
   std::uint64_t calls() const noexcept { return s_ ? s_->check.calls() : 0; }
   // Agreements on a call's fingerprint this communicator exchanged so far (check/agree.hpp).
   std::uint64_t agreements() const noexcept { return s_ ? s_->check.agreements() : 0; }
+  // Of those, the ones exchanged while the call's first messages travelled (check/gate.hpp:
+  // backends whose agreement is an exchange of their own messages).
+  std::uint64_t overlapped_agreements() const noexcept { return s_ ? s_->check.overlapped() : 0; }
 
   // The caller has made sure, on every rank alike, that the next collective it starts on this
   // communicator is the same call with the same arguments on every rank: that collective runs

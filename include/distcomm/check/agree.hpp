@@ -27,6 +27,7 @@
 #include "distcomm/check/carried.hpp"
 #include "distcomm/check/exchange.hpp"
 #include "distcomm/check/fingerprint.hpp"
+#include "distcomm/check/gate.hpp"
 #include "distcomm/check/hooks.hpp"
 #include "distcomm/check/stall.hpp"
 #include "distcomm/core/coarse_clock.hpp"
@@ -45,6 +46,7 @@ class call_check {
         settings_(o.settings_),
         seq_(o.seq_),
         agreements_(o.agreements_),
+        overlapped_(o.overlapped_),
         peer_left_(o.peer_left_),
         x_(std::move(o.x_)) {}
   call_check& operator=(call_check&& o) noexcept {
@@ -53,6 +55,7 @@ class call_check {
       settings_ = o.settings_;
       seq_ = o.seq_;
       agreements_ = o.agreements_;
+      overlapped_ = o.overlapped_;
       peer_left_ = o.peer_left_;
       x_ = std::move(o.x_);
     }
@@ -73,6 +76,8 @@ class call_check {
   void retune(const call_settings& s) noexcept { settings_ = s; }
   std::uint64_t calls() const noexcept { return seq_; }              // collectives started so far
   std::uint64_t agreements() const noexcept { return agreements_; }  // exchanged so far
+  // Of those, the ones a gate ran while the call's first messages travelled (check/gate.hpp).
+  std::uint64_t overlapped() const noexcept { return overlapped_; }
   // Whether the last agree() also compared alltoallv's counts (check/carried.hpp).
   bool counts_agreed() const noexcept { return counts_agreed_; }
   // True when the last agree() failed because a peer's communicator was destroyed.
@@ -87,8 +92,10 @@ class call_check {
   // exchange (`data`, check/carried.hpp) is done by it where the backend's messages carry:
   // data->done says so, its result in data->out (alltoallv's counts are compared only:
   // counts_agreed()).
+  // `early`: the sends this rank made before the agreement (check/gate.hpp), drained with every
+  // other rank's after a mismatch.
   bool agree(B& b, call_fingerprint mine, const char* what, deadline until,
-             carried_call* data = nullptr) {
+             carried_call* data = nullptr, const std::vector<early_send>* early = nullptr) {
     mine.seq = seq_++;
     mine.rank = b.rank();
     counts_agreed_ = false;
@@ -96,6 +103,7 @@ class call_check {
     const int p = b.size();
     if (!exchanges(p)) return false;
     ++agreements_;
+    if (early) ++overlapped_;
     if constexpr (detail::defers_agreement<B>::value) {
       deferred_.state.lo = deferred_.state.hi = deferred_.mine = mine;
       deferred_.state.sender = x_.nonce();
@@ -114,7 +122,7 @@ class call_check {
     const int r = b.rank();
     const std::size_t limit = carried_limit<B>(p);
     const std::size_t rounds = x_.prepare(p, limit);
-    const bool carry = data && limit != 0 && data->fits(limit, p);
+    const bool carry = carries(p, data);
     // Where messages are sized, contributions lie 8-byte aligned (the widest dtype) at the
     // call's own size: an 8-byte call and the brief make 40 bytes, one cache line with MPI's
     // header.
@@ -131,9 +139,15 @@ class call_check {
       x_.run(b, full, mine, what, until, false, nullptr, 0);
       peer_left_ = x_.peer_left();
       state.full = full.full;
-      if (state.full.agreed()) throw mismatch_error(std::string(what) + ": digests differ");
+      if (state.full.agreed()) {
+        drain(b, early, until);
+        throw mismatch_error(std::string(what) + ": digests differ");
+      }
     }
-    if (!state.full.agreed()) throw mismatch_error(describe_mismatch(what, state.full, mine));
+    if (!state.full.agreed()) {
+      drain(b, early, until);
+      throw mismatch_error(describe_mismatch(what, state.full, mine));
+    }
     if constexpr (sized_messages<B>) check_sizes(x_.received_sizes(), rounds, p, stride, what, r);
     if (carry) {
       x_.known().finish(*data, r);  // throws where alltoallv's counts disagree
@@ -141,6 +155,12 @@ class call_check {
       counts_agreed_ = !data->completes();
     }
     return true;
+  }
+
+  // Whether agree() would carry `data` in a world of p ranks (check/carried.hpp).
+  bool carries(int p, const carried_call* data) const noexcept {
+    const std::size_t limit = carried_limit<B>(p);
+    return data && limit != 0 && data->fits(limit, p);
   }
 
   // A collective whose caller established the agreement already (communicator::
@@ -216,10 +236,19 @@ class call_check {
   }
 
  private:
+  // After a mismatch every rank found in the same exchange: the messages sent early are taken
+  // (gate.hpp), unless a peer left (the communicator is of no further use then).
+  void drain(B& b, const std::vector<early_send>* early, deadline until) {
+    if (peer_left_) return;
+    static const std::vector<early_send> none;
+    drain_early(b, early ? *early : none, until);
+  }
+
   bool enabled_ = false;
   call_settings settings_;
   std::uint64_t seq_ = 0;
   std::uint64_t agreements_ = 0;
+  std::uint64_t overlapped_ = 0;
   bool counts_agreed_ = false;
   bool peer_left_ = false;
   dissemination<B> x_;           // the exchange, its messages kept between calls

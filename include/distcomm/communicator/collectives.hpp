@@ -41,7 +41,7 @@ class collectives {
         "allreduce", fingerprint(check::call_kind::allreduce, in.count, in.type, op),
         [in, out, op](State& s, deadline until) {
           if (in.count == 0) return;
-          s.strategy.allreduce(s.backend, in.data, out.data, in.count, in.type, op, until);
+          s.strategy.allreduce(s.for_strategy(), in.data, out.data, in.count, in.type, op, until);
         },
         carried(check::carried_call::collective::allreduce, in, out, in.count, op));
   }
@@ -66,7 +66,7 @@ class collectives {
           const span<const tensor_view> all =
               copied.empty() ? tensors : span<const tensor_view>(copied.data(), copied.size());
           const auto one = [&](const void* in, void* out, std::size_t count, dtype t, reduce_op o) {
-            s.strategy.allreduce(s.backend, in, out, count, t, o, until);
+            s.strategy.allreduce(s.for_strategy(), in, out, count, t, o, until);
           };
           if constexpr (fusion_takes_backend<Fusion>::value) {
             s.fusion.allreduce(s.backend, all, op, until, one);  // on its stream
@@ -82,12 +82,13 @@ class collectives {
     check_op(op);
     check_pair("reduce_scatter", in, out, checked_mul(out.count, size(), "reduce_scatter"),
                out.count);
-    return make_call(
-        "reduce_scatter", fingerprint(check::call_kind::reduce_scatter, out.count, in.type, op),
-        [in, out, op](State& s, deadline until) {
-          if (out.count == 0) return;
-          s.strategy.reduce_scatter(s.backend, in.data, out.data, out.count, in.type, op, until);
-        });
+    return make_call("reduce_scatter",
+                     fingerprint(check::call_kind::reduce_scatter, out.count, in.type, op),
+                     [in, out, op](State& s, deadline until) {
+                       if (out.count == 0) return;
+                       s.strategy.reduce_scatter(s.for_strategy(), in.data, out.data, out.count,
+                                                 in.type, op, until);
+                     });
   }
 
   auto allgather(tensor_view in, tensor_view out) const {
@@ -98,7 +99,7 @@ class collectives {
         "allgather", fingerprint(check::call_kind::allgather, in.count, in.type),
         [in, out](State& s, deadline until) {
           if (in.count == 0) return;
-          s.strategy.allgather(s.backend, in.data, out.data, in.count, in.type, until);
+          s.strategy.allgather(s.for_strategy(), in.data, out.data, in.count, in.type, until);
         },
         carried(check::carried_call::collective::allgather, in, out, in.count));
   }
@@ -110,7 +111,7 @@ class collectives {
         "broadcast", fingerprint(check::call_kind::broadcast, data.count, data.type, {}, root),
         [data, root](State& s, deadline until) {
           if (data.count == 0) return;
-          s.strategy.broadcast(s.backend, data.data, data.count, data.type, root, until);
+          s.strategy.broadcast(s.for_strategy(), data.data, data.count, data.type, root, until);
         },
         carried(check::carried_call::collective::broadcast, data, data, data.count, {}, root));
   }
@@ -131,7 +132,7 @@ class collectives {
         "alltoall", fingerprint(check::call_kind::alltoall, block, in.type),
         [in, out, block](State& s, deadline until) {
           if (block == 0) return;
-          s.strategy.alltoall(s.backend, in.data, out.data, block, in.type, until);
+          s.strategy.alltoall(s.for_strategy(), in.data, out.data, block, in.type, until);
         },
         carried(check::carried_call::collective::alltoall, in, out, in.count));
   }
@@ -165,12 +166,14 @@ class collectives {
         "alltoallv", fingerprint(check::call_kind::alltoallv, 0, in.type),
         [in, out, p, layout = std::move(layout)](State& s, deadline until) {
           const std::size_t* sc = layout.data();
-          if constexpr (takes_agreed_counts<decltype(s.strategy), decltype(s.backend)>::value) {
-            s.strategy.alltoallv(s.backend, in.data, sc, sc + 2 * p, out.data, sc + p, sc + 3 * p,
-                                 in.type, until, s.check.counts_agreed());
+          if constexpr (takes_agreed_counts<
+                            decltype(s.strategy),
+                            std::remove_reference_t<decltype(s.for_strategy())>>::value) {
+            s.strategy.alltoallv(s.for_strategy(), in.data, sc, sc + 2 * p, out.data, sc + p,
+                                 sc + 3 * p, in.type, until, s.check.counts_agreed());
           } else {
-            s.strategy.alltoallv(s.backend, in.data, sc, sc + 2 * p, out.data, sc + p, sc + 3 * p,
-                                 in.type, until);
+            s.strategy.alltoallv(s.for_strategy(), in.data, sc, sc + 2 * p, out.data, sc + p,
+                                 sc + 3 * p, in.type, until);
           }
         },
         counts);
@@ -193,10 +196,11 @@ class collectives {
     const auto fp = check::counts_fingerprint(check::call_kind::allgatherv,
                                               span<const std::size_t>(c.data(), c.size()),
                                               static_cast<int>(in.type), s_.check.settings());
-    return make_call(
-        "allgatherv", fp, [in, out, c = std::move(c), d = std::move(d)](State& s, deadline until) {
-          s.strategy.allgatherv(s.backend, in.data, out.data, c.data(), d.data(), in.type, until);
-        });
+    return make_call("allgatherv", fp,
+                     [in, out, c = std::move(c), d = std::move(d)](State& s, deadline until) {
+                       s.strategy.allgatherv(s.for_strategy(), in.data, out.data, c.data(),
+                                             d.data(), in.type, until);
+                     });
   }
 
   auto reduce(tensor_view in, tensor_view out, reduce_op op, int root) const {
@@ -210,8 +214,8 @@ class collectives {
     return make_call("reduce", fingerprint(check::call_kind::reduce, in.count, in.type, op, root),
                      [in, out, op, root](State& s, deadline until) {
                        if (in.count == 0) return;
-                       s.strategy.reduce(s.backend, in.data, out.data, in.count, in.type, op, root,
-                                         until);
+                       s.strategy.reduce(s.for_strategy(), in.data, out.data, in.count, in.type, op,
+                                         root, until);
                      });
   }
 
@@ -225,8 +229,8 @@ class collectives {
     return make_call("gather", fingerprint(check::call_kind::gather, in.count, in.type, {}, root),
                      [in, out, root](State& s, deadline until) {
                        if (in.count == 0) return;
-                       s.strategy.gather(s.backend, in.data, out.data, in.count, in.type, root,
-                                         until);
+                       s.strategy.gather(s.for_strategy(), in.data, out.data, in.count, in.type,
+                                         root, until);
                      });
   }
 
@@ -241,7 +245,7 @@ class collectives {
         "scatter", fingerprint(check::call_kind::scatter, out.count, out.type, {}, root),
         [in, out, root](State& s, deadline until) {
           if (out.count == 0) return;
-          s.strategy.scatter(s.backend, in.data, out.data, out.count, out.type, root, until);
+          s.strategy.scatter(s.for_strategy(), in.data, out.data, out.count, out.type, root, until);
         });
   }
 
@@ -250,7 +254,7 @@ class collectives {
     return make_call("barrier", fingerprint(check::call_kind::barrier),
                      [](State& s, deadline until) {
                        if (!s.check.exchanges(s.backend.size())) {
-                         s.strategy.barrier(s.backend, until);
+                         s.strategy.barrier(s.for_strategy(), until);
                        }
                      });
   }

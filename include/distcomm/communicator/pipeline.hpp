@@ -178,16 +178,46 @@ struct pipeline {
     return c;
   }
 
+  // The agreement of a call whose strategy runs behind the gate (check/gate.hpp): run by the gate
+  // when the strategy first needs it, with the sends it made before.
+  struct gated_agreement {
+    State* s;
+    const check::call_fingerprint* fp;
+    const char* what;
+    deadline until;
+    bool failed = false;  // whether the body's failure is the agreement's
+    static void run(void* self, const std::vector<check::early_send>& sent) {
+      auto* a = static_cast<gated_agreement*>(self);
+      try {
+        a->s->check.agree(a->s->backend, *a->fp, a->what, a->until, nullptr, &sent);
+      } catch (...) {
+        a->failed = true;
+        throw;
+      }
+    }
+  };
+
   // guarded()'s agreement and body.
   template <class Body>
   static void checked(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
                       deadline until, check::carried_call* carried, bool agreed) {
+    gated_agreement later{&s, &fp, what, until};
     try {
       if (agreed) {
         s.check.skip();
       } else if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
-        s.check.agree(s.backend, fp, what, until, carriable(s, carried));
-        if (carried && carried->done) return;
+        check::carried_call* c = carriable(s, carried);
+        if constexpr (State::gated_calls) {
+          const int p = s.backend.size();
+          if (s.check.exchanges(p) && !s.check.carries(p, c)) {
+            s.gate.arm({&gated_agreement::run, &later});
+            c = nullptr;
+          }
+        }
+        if (!s.gate_armed()) {
+          s.check.agree(s.backend, fp, what, until, c);
+          if (carried && carried->done) return;
+        }
       }
     } catch (const mismatch_error& e) {
       // A departure: unusable from now on, but nothing to abort. The ranks still here learn it
@@ -201,21 +231,30 @@ struct pipeline {
     }
     try {
       body(s, until);
-      s.check.complete_deferred(s.backend);  // the agreement, if the body carried none
+      if constexpr (State::gated_calls) s.gate.open();  // the agreement, if the body needed none
+      s.check.complete_deferred(s.backend);             // likewise, if the body carried none
     } catch (const invalid_argument_error&) {
+      // A bad call on this rank leaves the transport untouched (the strategies refuse before
+      // their first message), and the agreement it did not need is dropped.
+      if (s.gate_armed()) {
+        s.gate.disarm();
+        s.check.skip();
+      }
       (void)s.check.deferred_mismatch(s.backend);
-      throw;  // a bad call on this rank leaves the transport untouched
+      throw;
     } catch (const strategy::detail::agreed_mismatch_error&) {
       throw;  // every rank raised it after the same exchange, nothing moved (alltoallv's counts)
     } catch (const mismatch_error& e) {
-      // The agreement the backend carried in the collective's first exchange: as above.
-      if (s.check.deferred_mismatch(s.backend)) {
+      // The agreement the gate ran or the backend carried in the collective's first exchange:
+      // as above.
+      if (later.failed || s.check.deferred_mismatch(s.backend)) {
         if (s.check.peer_left()) fail(s, what, e, /*abort=*/false);
         throw;
       }
       fail(s, what, e);
       throw;
     } catch (const std::exception& e) {
+      if (s.gate_armed()) s.gate.disarm();
       (void)s.check.deferred_mismatch(s.backend);
       fail(s, what, e);
       throw;

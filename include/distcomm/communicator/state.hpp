@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "distcomm/async/progress.hpp"
@@ -29,6 +30,10 @@ struct communicator_state {
   // A backend moves either host memory or (moves_device_memory, e.g. NCCL) CUDA memory.
   static constexpr bool moves_device = moves_device_memory<Backend>::value;
   static constexpr memory_kind moved = moves_device ? memory_kind::cuda : memory_kind::host;
+  // Whether the strategy runs behind the gate that overlaps each call's agreement with its first
+  // messages (check/gate.hpp).
+  static constexpr bool gated_calls = check::gates<Backend> && overlaps_agreement<Strategy>::value;
+  using gate_type = std::conditional_t<gated_calls, check::gated<Backend>, check::no_gate>;
 
   // `id` names a sub-communicator's recorder after its parent's; without one the process's next
   // name (trace::next_recorder_name()). `make`, when given, makes the strategy from the settings.
@@ -69,11 +74,30 @@ struct communicator_state {
     return backend_name_of(backend);
   }
 
+  // The backend as the strategy sees it: behind the gate where calls go through one.
+  auto& for_strategy() noexcept {
+    if constexpr (gated_calls) {
+      return gate;
+    } else {
+      return backend;
+    }
+  }
+
+  // Whether a call's agreement waits behind the gate.
+  bool gate_armed() const noexcept {
+    if constexpr (gated_calls) {
+      return gate.armed();
+    } else {
+      return false;
+    }
+  }
+
   Backend backend;
   config cfg;
   Strategy strategy;
   Fusion fusion;
   check::call_check<Backend> check;
+  gate_type gate{backend};
   std::string failure;                        // "<collective>: <what()>" of the first failure
   std::exception_ptr first_failure;           // set with failure; its type is rethrown
   std::shared_ptr<trace::timeline> timeline;  // DISTCOMM_TIMELINE, else null

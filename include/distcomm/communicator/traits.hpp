@@ -83,6 +83,14 @@ struct takes_agreed_counts<
         static_cast<const std::size_t*>(nullptr), dtype::f32, deadline{}, true))>>
     : std::true_type {};
 
+// A strategy declaring `static constexpr bool overlaps_agreement = true` writes into the
+// caller's buffers only through the memory operations policy (strategy/detail.hpp, memory_of), so
+// its calls may agree while their first messages travel (check/gate.hpp).
+template <class S, class = void>
+struct overlaps_agreement : std::false_type {};
+template <class S>
+struct overlaps_agreement<S, std::enable_if_t<S::overlaps_agreement>> : std::true_type {};
+
 template <class S, class = void>
 struct has_backend_name : std::false_type {};
 template <class S>

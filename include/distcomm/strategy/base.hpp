@@ -26,6 +26,10 @@ namespace distcomm::strategy {
 
 class p2p_base {
  public:
+  // Every write into a caller's buffer goes through the memory operations policy, so a call may
+  // agree while its first messages travel (check/gate.hpp).
+  static constexpr bool overlaps_agreement = true;
+
   explicit p2p_base(const config& c)
       : segment_bytes_(c.segment_bytes.value_or(detail::default_segment_bytes)),
         deterministic_(c.deterministic) {}

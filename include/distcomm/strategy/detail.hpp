@@ -95,9 +95,18 @@ class host_memory {
   detail::scratch* s_;
 };
 
-// The policy for backend B, chosen at compile time: host_memory over the strategy's scratch, or
-// the operations of a device-memory backend (`b.memory()`, see backend.hpp), which enqueue on the
-// backend's stream and own their scratch space.
+// A host backend's own wrapper of host_memory (`b.host_memory(scratch&)`): check::gated's, which
+// ends the call's agreement before anything is written.
+template <class B, class = void>
+struct wraps_host_memory : std::false_type {};
+template <class B>
+struct wraps_host_memory<
+    B, std::void_t<decltype(std::declval<B&>().host_memory(std::declval<scratch&>()))>>
+    : std::true_type {};
+
+// The policy for backend B, chosen at compile time: host_memory over the strategy's scratch (or
+// the backend's wrapper of it), or the operations of a device-memory backend (`b.memory()`, see
+// backend.hpp), which enqueue on the backend's stream and own their scratch space.
 template <class B>
 decltype(auto) memory_of(B& b, scratch& s) {
   if constexpr (moves_device_memory<B>::value) {
@@ -105,6 +114,8 @@ decltype(auto) memory_of(B& b, scratch& s) {
                   "a backend that moves device memory needs memory() (backend.hpp) for the "
                   "point-to-point strategies; use strategy::native with it otherwise");
     return b.memory();
+  } else if constexpr (wraps_host_memory<B>::value) {
+    return b.host_memory(s);
   } else {
     return host_memory(s);
   }

@@ -49,6 +49,8 @@ class hierarchical : public Flat {
  public:
   static constexpr algorithm id = algorithm::hierarchical;
   static constexpr const char* name = class_name_of(id);
+  // The levels write into the caller's buffer directly: the agreement comes first.
+  static constexpr bool overlaps_agreement = false;
 
   // Flat alone: no levels.
   explicit hierarchical(const config& c) : Flat(c), cfg_(c) {}

@@ -20,6 +20,9 @@ class native {
  public:
   static constexpr algorithm id = algorithm::native;
   static constexpr const char* name = class_name_of(id);
+  // The backend's collectives run after the agreement; the fallback's writes go through the
+  // memory operations policy (check/gate.hpp).
+  static constexpr bool overlaps_agreement = true;
   explicit native(const config& c) : fallback_(c) {}
 
   template <class B>

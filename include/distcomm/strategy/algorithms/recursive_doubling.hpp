@@ -39,11 +39,14 @@ void recursive_doubling_allreduce(B& b, const void* in, void* out, std::size_t c
     return;
   }
   unsigned char* tmp = m.scratch(bytes);
-  copy_elems(m, out, in, count, a.type);
+  // This rank's operand so far: `in` until the first combine writes `out` (the first message
+  // goes from `in`, before anything is written: check/gate.hpp).
+  const void* mine = in;
   int vr = r - rem;  // rank among the p' that take part
   if (r < 2 * rem) {
     b.irecv(tmp, bytes, r - 1, tag_recursive_doubling).wait(a.until);
-    m.combine(out, tmp, out, count, a.type, a.op);  // rank r - 1's operand first
+    m.combine(out, tmp, mine, count, a.type, a.op);  // rank r - 1's operand first
+    mine = out;
     vr = r / 2;
   }
   // Participant v is rank 2v + 1 when it took a partner in, else v + rem: increasing in v, so the
@@ -53,15 +56,17 @@ void recursive_doubling_allreduce(B& b, const void* in, void* out, std::size_t c
     const int vpeer = vr ^ mask;
     const int peer = rank_of(vpeer);
     auto recv = b.irecv(tmp, bytes, peer, tag_recursive_doubling);
-    auto send = b.isend(out, bytes, peer, tag_recursive_doubling);
+    auto send = b.isend(mine, bytes, peer, tag_recursive_doubling);
     recv.wait(a.until);
     send.wait(a.until);  // `out` is overwritten next
     if (vpeer < vr) {
-      m.combine(out, tmp, out, count, a.type, a.op);
+      m.combine(out, tmp, mine, count, a.type, a.op);
     } else {
-      m.combine(out, out, tmp, count, a.type, a.op);
+      m.combine(out, mine, tmp, count, a.type, a.op);
     }
+    mine = out;
   }
+  copy_elems(m, out, mine, count, a.type);  // (p' = 1 only: nothing combined)
   finish_avg(m, out, count, a, p);
   if (r < 2 * rem) b.isend(out, bytes, r - 1, tag_recursive_doubling).wait(a.until);
 }
