@@ -94,16 +94,21 @@ class call_check {
   // counts_agreed()).
   // `early`: the sends this rank made before the agreement (check/gate.hpp), drained with every
   // other rank's after a mismatch.
+  // A call begun (begin()) completes here, with `early` given.
   bool agree(B& b, call_fingerprint mine, const char* what, deadline until,
              carried_call* data = nullptr, const std::vector<early_send>* early = nullptr) {
-    mine.seq = seq_++;
-    mine.rank = b.rank();
-    counts_agreed_ = false;
-    deferred_.pending = deferred_.exchanged = false;
     const int p = b.size();
-    if (!exchanges(p)) return false;
-    ++agreements_;
-    if (early) ++overlapped_;
+    if (begun_) {
+      begun_ = false;
+      mine = begun_fp_;
+    } else {
+      mine.seq = seq_++;
+      mine.rank = b.rank();
+      counts_agreed_ = false;
+      deferred_.pending = deferred_.exchanged = false;
+      if (!exchanges(p)) return false;
+      ++agreements_;
+    }
     if constexpr (detail::defers_agreement<B>::value) {
       deferred_.state.lo = deferred_.state.hi = deferred_.mine = mine;
       deferred_.state.sender = x_.nonce();
@@ -155,6 +160,25 @@ class call_check {
       counts_agreed_ = !data->completes();
     }
     return true;
+  }
+
+  // The first half of agree() for a call behind the gate (check/gate.hpp), where exchanges(p):
+  // the call takes its number, and the exchange's first message leaves now, ahead of the call's
+  // own (on a transport that keeps one ordered stream per peer, TCP's, it would otherwise queue
+  // behind them). agree() completes it, with the sends the call made since.
+  void begin(B& b, call_fingerprint mine) {
+    mine.seq = seq_++;
+    mine.rank = b.rank();
+    counts_agreed_ = false;
+    ++agreements_;
+    ++overlapped_;
+    const int p = b.size();
+    x_.prepare(p, carried_limit<B>(p));
+    const std::uint64_t d = digest(mine);
+    x_.send_first(b, {{mine, mine, x_.nonce()}, {brief::magic, d, d, x_.nonce()}},
+                  sized_messages<B> ? 0 : carried_limit<B>(p));
+    begun_fp_ = mine;
+    begun_ = true;
   }
 
   // Whether agree() would carry `data` in a world of p ranks (check/carried.hpp).
@@ -249,6 +273,8 @@ class call_check {
   std::uint64_t seq_ = 0;
   std::uint64_t agreements_ = 0;
   std::uint64_t overlapped_ = 0;
+  bool begun_ = false;         // begin() ran, agree() completes it
+  call_fingerprint begun_fp_;  // the begun call's, numbered
   bool counts_agreed_ = false;
   bool peer_left_ = false;
   dissemination<B> x_;           // the exchange, its messages kept between calls

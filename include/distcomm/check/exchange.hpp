@@ -62,6 +62,27 @@ class dissemination {
   // Logs waits longer than its period (DISTCOMM_STALL_WARNING), null for none.
   void watch(std::shared_ptr<stall_watch> w) noexcept { watch_ = std::move(w); }
 
+  // Round 0's message of the next run(), sent now (call_check::begin(): nothing carried, the
+  // brief where messages are sized). A send that fails because its peer is gone is settled by
+  // run(), as its own would be.
+  void send_first(B& b, const merged& s, std::size_t stride) {
+    const int p = b.size();
+    std::size_t n = sent_.bytes(0);
+    if constexpr (sized_messages<B>) {
+      sent_.put(0, s.digests);
+      n = sized_message_bytes(p, 0, stride);
+    } else {
+      sent_.put(0, s.full);
+    }
+    first_failure_ = nullptr;
+    try {
+      first_ = b.isend(sent_.message(0), n, (b.rank() + 1) % p, tag_agree);
+    } catch (const peer_lost_error&) {
+      first_failure_ = std::current_exception();
+    }
+    first_sent_ = true;
+  }
+
   // One exchange of `s` for the collective `what` (this rank's fingerprint `mine`), its messages
   // in brief while `brief_form` and no departure is known, with `data`'s contributions at
   // `stride` where it carries (known()). Throws timeout_error or peer_lost_error as
@@ -82,14 +103,15 @@ class dissemination {
     clock::duration late_by{};
     for (std::size_t k = 0; k < rounds; ++k) {
       const bool in_brief = brief_form && !is_left(s.full.hi);
+      const bool ahead = k == 0 && first_sent_;  // its message is on its way (send_first())
       std::size_t n = sized_messages<B> ? sizeof(agreement) : sent_.bytes(k);
-      if (in_brief) {
+      if (!ahead && in_brief) {
         sent_.put(k, s.digests);
         n = sized_message_bytes(p, k, stride);
-      } else {
+      } else if (!ahead) {
         sent_.put(k, s.full);
       }
-      if (data && (in_brief || !sized_messages<B>)) {
+      if (data && !ahead && (in_brief || !sized_messages<B>)) {
         known_.fill(sent_.payload(k), r, k, data->bytes());
       }
       const int to = (r + (1 << k)) % p;
@@ -98,7 +120,11 @@ class dissemination {
       // a send that fails because its peer is gone counts only if no departure explains it.
       const bool to_gone = std::find(gone.begin(), gone.end(), to) != gone.end() ||
                            (is_left(s.full.hi) && s.full.hi.rank == to);
-      if (!to_gone) {
+      if (ahead) {
+        first_sent_ = false;
+        sr = std::move(first_);
+        if (first_failure_ && !send_failure) send_failure = first_failure_;
+      } else if (!to_gone) {
         try {
           sr = b.isend(sent_.message(k), n, to, tag_agree);
         } catch (const peer_lost_error&) {
@@ -258,6 +284,9 @@ class dissemination {
   }
 
   bool peer_left_ = false;
+  bool first_sent_ = false;           // round 0's message went ahead (send_first())
+  request first_;                     // its send
+  std::exception_ptr first_failure_;  // its peer_lost_error, if any
   std::uint64_t nonce_ = new_nonce();
   exchange_messages sent_;  // each round's message: kept between calls
   exchange_messages received_;

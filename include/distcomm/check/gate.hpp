@@ -1,8 +1,9 @@
 // check::gated<B>: the agreement on a call's fingerprint (check/agree.hpp) overlapped with the
 // call's first messages, on backends whose agreement is an exchange of point-to-point messages
-// (mpi, gloo, ucx, local, plugins). The strategy runs over the gate instead of the backend:
+// (mpi, gloo, ucx, local, plugins). The agreement's first message leaves when the call starts
+// (call_check::begin()), and the strategy runs over the gate instead of the backend:
 //
-//  * its sends go out at once (its first messages leave beside the agreement's own);
+//  * its sends go out at once, behind the agreement's first message;
 //  * its receives are held, and posted in order once the agreement ended;
 //  * the agreement runs at the first thing that needs it: a wait, a write into a buffer (every
 //    copy or reduction, through the memory operations policy), a native collective, or a send

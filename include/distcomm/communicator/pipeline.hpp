@@ -197,12 +197,31 @@ struct pipeline {
     }
   };
 
+  // Runs `agree`, an agreement. A mismatch it finds leaves the communicator usable: no data moved,
+  // and every rank raised the same error after the same exchange, so the next call pairs up as
+  // usual; but a departure leaves it unusable, with nothing to abort (the ranks still here learn
+  // it from the same exchange, and an abort could close a connection before this rank's last
+  // message of the exchange left). Any other failure makes it unusable.
+  template <class F>
+  static void agreeing(State& s, const char* what, F&& agree) {
+    try {
+      agree();
+    } catch (const mismatch_error& e) {
+      if (s.check.peer_left()) fail(s, what, e, /*abort=*/false);
+      throw;
+    } catch (const std::exception& e) {
+      fail(s, what, e);
+      throw;
+    }
+  }
+
   // guarded()'s agreement and body.
   template <class Body>
   static void checked(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
                       deadline until, check::carried_call* carried, bool agreed) {
     gated_agreement later{&s, &fp, what, until};
-    try {
+    bool carried_done = false;
+    agreeing(s, what, [&] {
       if (agreed) {
         s.check.skip();
       } else if (fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point)) {
@@ -210,35 +229,26 @@ struct pipeline {
         if constexpr (State::gated_calls) {
           const int p = s.backend.size();
           if (s.check.exchanges(p) && !s.check.carries(p, c)) {
+            s.check.begin(s.backend, fp);
             s.gate.arm({&gated_agreement::run, &later});
-            c = nullptr;
           }
         }
         if (!s.gate_armed()) {
           s.check.agree(s.backend, fp, what, until, c);
-          if (carried && carried->done) return;
+          carried_done = carried && carried->done;
         }
       }
-    } catch (const mismatch_error& e) {
-      // A departure: unusable from now on, but nothing to abort. The ranks still here learn it
-      // from the same exchange, and an abort could close a connection before this rank's last
-      // message of the exchange left.
-      if (s.check.peer_left()) fail(s, what, e, /*abort=*/false);
-      throw;
-    } catch (const std::exception& e) {
-      fail(s, what, e);
-      throw;
-    }
+    });
+    if (carried_done) return;
     try {
       body(s, until);
       if constexpr (State::gated_calls) s.gate.open();  // the agreement, if the body needed none
       s.check.complete_deferred(s.backend);             // likewise, if the body carried none
     } catch (const invalid_argument_error&) {
       // A bad call on this rank leaves the transport untouched (the strategies refuse before
-      // their first message), and the agreement it did not need is dropped.
-      if (s.gate_armed()) {
-        s.gate.disarm();
-        s.check.skip();
+      // their first message); an agreement begun is completed, so that the next call's pairs up.
+      if constexpr (State::gated_calls) {
+        if (s.gate.armed()) agreeing(s, what, [&] { s.gate.open(); });
       }
       (void)s.check.deferred_mismatch(s.backend);
       throw;
