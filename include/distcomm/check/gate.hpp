@@ -18,6 +18,7 @@
 // its own call went through the gate or agreed first (a carried call, a barrier).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -161,25 +162,32 @@ class gated {
   // Drops an agreement that never ran (the call failed on this rank before it was needed).
   void disarm() noexcept { armed_ = false; }
 
-  // Runs the agreement if it is still pending, then posts the receives held for it. A mismatch
-  // propagates once the sends that went early were taken (drained by their receivers); any other
-  // failure of the agreement at once.
+  // Runs the agreement if it is still pending, then posts the receives held for it. Its failure
+  // propagates (after a mismatch, the opener settles the early sends first).
   void open() {
     if (!armed_) return;
     armed_ = false;
-    std::vector<early_send>& sent = sent_;
-    sent.clear();
+    sent_.clear();
     for (const message& m : pending_) {
-      if (m.send) sent.push_back({m.peer, m.tag, m.bytes});
+      if (m.send) sent_.push_back({m.peer, m.tag, m.bytes});
     }
-    try {
-      opener_.run(opener_.self, sent);
-    } catch (const mismatch_error&) {
-      settle_early_sends();
-      throw;
-    }
+    opener_.run(opener_.self, sent_);
     for (message& m : pending_) {
       if (!m.send) m.req = b_->irecv(m.data, m.bytes, m.peer, m.tag);
+    }
+  }
+
+  // After a mismatch every rank drained (drain_early()): this rank's early sends complete as
+  // their receivers take them, before the error unwinds the strategy that holds their requests
+  // (a backend may cancel a send whose request goes). Waited for a moment at most.
+  void settle_early_sends() noexcept {
+    const deadline grace = deadline_after(std::chrono::seconds(1));
+    for (message& m : pending_) {
+      if (!m.send) continue;
+      try {
+        m.req.wait(grace);
+      } catch (const std::exception&) {
+      }
     }
   }
 
@@ -255,19 +263,6 @@ class gated {
     bool send;
     inner req;  // a held receive's once posted
   };
-
-  // After a mismatch: every rank drains what went early to it (drain_early()), so this rank's
-  // early sends complete; waited for a moment at most (a peer that left takes none).
-  void settle_early_sends() noexcept {
-    const deadline grace = deadline_after(std::chrono::seconds(1));
-    for (message& m : pending_) {
-      if (!m.send) continue;
-      try {
-        m.req.wait(grace);
-      } catch (const std::exception&) {
-      }
-    }
-  }
 
   B* b_;
   bool armed_ = false;

@@ -190,6 +190,11 @@ struct pipeline {
       auto* a = static_cast<gated_agreement*>(self);
       try {
         a->s->check.agree(a->s->backend, *a->fp, a->what, a->until, nullptr, &sent);
+      } catch (const mismatch_error&) {
+        a->failed = true;
+        // Every rank drained the early sends, unless one left (nobody takes them then).
+        if (!a->s->check.peer_left()) a->s->gate.settle_early_sends();
+        throw;
       } catch (...) {
         a->failed = true;
         throw;
