@@ -10,6 +10,9 @@
  *                 store and grow
  *   7 olddeclared its declaration says version 99
  *   8 overdeclared its declaration has a capability bit no DistComm knows
+ *   9 zerosize    size() returns 0
+ *  10 badrank     rank() returns 1 in a world of 1
+ *  11 nullrequest isend and irecv return OK without a request
  */
 #include <stdio.h>
 #include <string.h>
@@ -43,17 +46,22 @@ static int fixture_init(void** ctx, const distcomm_init_args_v1* args, distcomm_
 static void fixture_finalize(void* ctx) { (void)ctx, (void)the_ctx; }
 static int fixture_rank(void* ctx) {
   (void)ctx;
-  return 0;
+  return FIXTURE == 10 ? 1 : 0;
 }
 static int fixture_size(void* ctx) {
   (void)ctx;
-  return 1;
+  return FIXTURE == 9 ? 0 : 1;
 }
 static int fixture_isend(void* ctx, const void* data, size_t bytes, int peer, uint32_t tag,
                          distcomm_request_v1** req, distcomm_error_v1* err) {
   (void)ctx, (void)data, (void)bytes, (void)peer, (void)tag, (void)req;
+#if FIXTURE == 11
+  (void)err;
+  return DISTCOMM_V1_OK;
+#else
   snprintf(err->text, sizeof err->text, "fixture: no transport");
   return DISTCOMM_V1_UNSUPPORTED;
+#endif
 }
 static int fixture_irecv(void* ctx, void* data, size_t bytes, int peer, uint32_t tag,
                          distcomm_request_v1** req, distcomm_error_v1* err) {

@@ -181,6 +181,25 @@ TEST_CASE("plugin_backend: a plugin of device memory is refused by name") {
   CHECK_HAS(m, "moves CUDA device memory");
 }
 
+TEST_CASE("plugin_backend: a size, rank or request no transport could return is a named error") {
+  for (const char* kind : {"zerosize", "badrank"}) {
+    CAPTURE(kind);
+    const std::string m = error_of<dc::backend_error>(
+        [&] { dc::plugin_backend::open(fixture(kind), alone(), dc::config{}); });
+    CHECK_HAS(m, fixture(kind));
+    CHECK_HAS(m, "('fixture')");
+    CHECK_HAS(m, std::string(kind) == "zerosize" ? "reports a world of 0 ranks"
+                                                 : "reports rank 1 in a world of 1 ranks");
+  }
+  auto b = dc::plugin_backend::open(fixture("nullrequest"), alone(), dc::config{});
+  float x = 1.0f;
+  const std::string m = error_of<dc::backend_error>([&] { (void)b.isend(&x, sizeof x, 0, 5); });
+  CHECK_HAS(m, fixture("nullrequest"));
+  CHECK_HAS(m, "returned OK from isend without a request");
+  CHECK_HAS(error_of<dc::backend_error>([&] { (void)b.irecv(&x, sizeof x, 0, 5); }),
+            "returned OK from irecv without a request");
+}
+
 TEST_CASE("plugin_backend: the local plugin, a world of one, through a communicator") {
   // A plugin that never touches the store never makes the program connect to one.
   int stores_made = 0;

@@ -69,6 +69,22 @@ struct plugin_state {
   void check(int status, const char* routine, const distcomm_error_v1& err) const {
     if (status != DISTCOMM_V1_OK) fail(status, routine, err);
   }
+
+  // A value the plugin returned that no working transport can: a named error, never used.
+  [[noreturn]] void refuse(const char* routine, const std::string& what) const {
+    throw backend_error(name, routine, -1,
+                        "backend plugin " + lib.path() + " ('" + name + "') " + what +
+                            ": the plugin is broken; fix it or use another backend");
+  }
+
+  // A posted request: the handle of an isend or irecv that returned OK.
+  distcomm_request_v1* posted(int status, const char* routine, const distcomm_error_v1& err,
+                              distcomm_request_v1* r) const {
+    check(status, routine, err);
+    if (r == nullptr)
+      refuse(routine, std::string("returned OK from ") + routine + " without a request");
+    return r;
+  }
 };
 
 namespace {
@@ -174,7 +190,13 @@ void plugin_request::wait(deadline until) {
 plugin_backend::plugin_backend(std::shared_ptr<detail::plugin_state> s)
     : state_(std::move(s)),
       rank_(state_->t->rank(state_->ctx)),
-      size_(state_->t->size(state_->ctx)) {}
+      size_(state_->t->size(state_->ctx)) {
+  if (size_ < 1) state_->refuse("size", "reports a world of " + std::to_string(size_) + " ranks");
+  if (rank_ < 0 || rank_ >= size_) {
+    state_->refuse("rank", "reports rank " + std::to_string(rank_) + " in a world of " +
+                               std::to_string(size_) + " ranks");
+  }
+}
 
 namespace {
 plugin_backend::args args_of(const world_info& w, plugin_backend::store_source kv,
@@ -256,15 +278,15 @@ const std::string& plugin_backend::path() const noexcept { return state_->lib.pa
 plugin_request plugin_backend::isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
   plugin::error_buffer err;
   distcomm_request_v1* r = nullptr;
-  state_->check(state_->t->isend(state_->ctx, data, bytes, peer, tag, &r, &err), "isend", err);
-  return plugin_request(state_, r);
+  const int status = state_->t->isend(state_->ctx, data, bytes, peer, tag, &r, &err);
+  return plugin_request(state_, state_->posted(status, "isend", err, r));
 }
 
 plugin_request plugin_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
   plugin::error_buffer err;
   distcomm_request_v1* r = nullptr;
-  state_->check(state_->t->irecv(state_->ctx, data, bytes, peer, tag, &r, &err), "irecv", err);
-  return plugin_request(state_, r);
+  const int status = state_->t->irecv(state_->ctx, data, bytes, peer, tag, &r, &err);
+  return plugin_request(state_, state_->posted(status, "irecv", err, r));
 }
 
 void plugin_backend::send_detached(const void* data, std::size_t bytes, int peer, tag_t tag) {
