@@ -106,9 +106,9 @@ const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_JOB_ID", "(from the launcher)",
      "Names this rank's job in the store handshake; a store refuses a rank of another job."},
     {"DISTCOMM_SHM_RING", "1M",
-     "Bytes of each ordered pair's message ring in the shm backend (at least 4K)."},
+     "Bytes of each ordered pair's message ring in the shm backend (4K to 1G)."},
     {"DISTCOMM_SHM_CHUNK", "512K",
-     "Bytes per rank the shm backend's collectives stage at a time, twice (at least 4K)."},
+     "Bytes per rank the shm backend's collectives stage at a time, twice (4K to 1G)."},
     {"DISTCOMM_SHM_SINGLE_COPY", "off",
      "on: the shm backend's large collectives read the peers' buffers straight from their "
      "processes (process_vm_readv) where every rank may; off: through the segments (faster where "

@@ -153,6 +153,34 @@ TEST_CASE("shm: DISTCOMM_SHM_SINGLE_COPY is read, and a bad value named") {
   }
 }
 
+// The ring and chunk sizes are range-checked before anything is made: "max" (the largest size)
+// once wrapped round to a ring of 0 bytes and a division by zero.
+TEST_CASE("shm: DISTCOMM_SHM_RING and DISTCOMM_SHM_CHUNK out of range are named") {
+  for (const char* variable : {"DISTCOMM_SHM_RING", "DISTCOMM_SHM_CHUNK"}) {
+    CAPTURE(variable);
+    distcomm::shm_options o = the_options;
+    o.ring_bytes = o.chunk_bytes = 0;
+    const char* before = std::getenv(variable);
+    const std::string saved = before != nullptr ? before : "";
+    for (const char* value : {"max", "2G", "1K"}) {
+      CAPTURE(value);
+      ::setenv(variable, value, 1);
+      try {
+        distcomm::shm_backend b(*the_job, o);
+        FAIL("an out-of-range size was accepted");
+      } catch (const distcomm::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find(std::string(variable) + " is ") != std::string::npos);
+        CHECK(std::string(e.what()).find("at most 1073741824") != std::string::npos);
+      }
+    }
+    if (before != nullptr) {
+      ::setenv(variable, saved.c_str(), 1);
+    } else {
+      ::unsetenv(variable);
+    }
+  }
+}
+
 // The small alltoall goes through the staging areas in one arrival.
 TEST_CASE("shm: native alltoall, small blocks") {
   distcomm::shm_backend b(*the_job, the_options);

@@ -78,6 +78,10 @@ void ring_read(const unsigned char* data, std::size_t cap, std::uint64_t pos, vo
   if (n > first) std::memcpy(static_cast<unsigned char*>(dst) + first, data, n - first);
 }
 
+// The largest ring or chunk: 1 GiB, far above any measured gain (docs/PERFORMANCE.md), and far
+// from where the segment's size (a ring per ordered pair) would overflow.
+constexpr std::size_t setting_bytes_limit = std::size_t{1} << 30;
+
 std::size_t setting_bytes(std::size_t given, const char* variable, std::size_t fallback,
                           std::size_t at_least) {
   std::size_t v = given;
@@ -85,9 +89,10 @@ std::size_t setting_bytes(std::size_t given, const char* variable, std::size_t f
     const char* env = config::read_variable(variable);
     v = env != nullptr && *env != '\0' ? parse_bytes(env, variable) : fallback;
   }
-  if (v < at_least) {
+  if (v < at_least || v > setting_bytes_limit) {
     throw invalid_argument_error(std::string("shm: ") + variable + " is " + std::to_string(v) +
-                                 " bytes; it must be at least " + std::to_string(at_least));
+                                 " bytes; it must be at least " + std::to_string(at_least) +
+                                 " and at most " + std::to_string(setting_bytes_limit) + " (1G)");
   }
   return (v + shm::line - 1) / shm::line * shm::line;
 }
