@@ -102,10 +102,7 @@ class call_check {
       begun_ = false;
       mine = begun_fp_;
     } else {
-      mine.seq = seq_++;
-      mine.rank = b.rank();
-      counts_agreed_ = false;
-      deferred_.pending = deferred_.exchanged = false;
+      mine = numbered(b, mine);
       if (!exchanges(p)) return false;
       ++agreements_;
     }
@@ -167,9 +164,7 @@ class call_check {
   // own (on a transport that keeps one ordered stream per peer, TCP's, it would otherwise queue
   // behind them). agree() completes it, with the sends the call made since.
   void begin(B& b, call_fingerprint mine) {
-    mine.seq = seq_++;
-    mine.rank = b.rank();
-    counts_agreed_ = false;
+    mine = numbered(b, mine);
     ++agreements_;
     ++overlapped_;
     const int p = b.size();
@@ -260,6 +255,16 @@ class call_check {
   }
 
  private:
+  // `mine` as this rank's next call: its sequence number and rank; what the last call left
+  // (counts compared, a deferred agreement) is cleared.
+  call_fingerprint numbered(B& b, call_fingerprint mine) noexcept {
+    mine.seq = seq_++;
+    mine.rank = b.rank();
+    counts_agreed_ = false;
+    deferred_.pending = deferred_.exchanged = false;
+    return mine;
+  }
+
   // After a mismatch every rank found in the same exchange: the messages sent early are taken
   // (gate.hpp), unless a peer left (the communicator is of no further use then).
   void drain(B& b, const std::vector<early_send>* early, deadline until) {

@@ -67,13 +67,7 @@ class dissemination {
   // run(), as its own would be.
   void send_first(B& b, const merged& s, std::size_t stride) {
     const int p = b.size();
-    std::size_t n = sent_.bytes(0);
-    if constexpr (sized_messages<B>) {
-      sent_.put(0, s.digests);
-      n = sized_message_bytes(p, 0, stride);
-    } else {
-      sent_.put(0, s.full);
-    }
+    const std::size_t n = put_round(0, s, sized_messages<B>, p, stride);
     first_failure_ = nullptr;
     try {
       first_ = b.isend(sent_.message(0), n, (b.rank() + 1) % p, tag_agree);
@@ -104,13 +98,7 @@ class dissemination {
     for (std::size_t k = 0; k < rounds; ++k) {
       const bool in_brief = brief_form && !is_left(s.full.hi);
       const bool ahead = k == 0 && first_sent_;  // its message is on its way (send_first())
-      std::size_t n = sized_messages<B> ? sizeof(agreement) : sent_.bytes(k);
-      if (!ahead && in_brief) {
-        sent_.put(k, s.digests);
-        n = sized_message_bytes(p, k, stride);
-      } else if (!ahead) {
-        sent_.put(k, s.full);
-      }
+      const std::size_t n = ahead ? 0 : put_round(k, s, in_brief, p, stride);
       if (data && !ahead && (in_brief || !sized_messages<B>)) {
         known_.fill(sent_.payload(k), r, k, data->bytes());
       }
@@ -216,6 +204,16 @@ class dissemination {
 
  private:
   using request = typename detail::request_of<B>::type;
+
+  // Writes round k's message of `s` (its brief, or its full extremes) and returns its size.
+  std::size_t put_round(std::size_t k, const merged& s, bool in_brief, int p, std::size_t stride) {
+    if (in_brief) {
+      sent_.put(k, s.digests);
+      return sized_message_bytes(p, k, stride);
+    }
+    sent_.put(k, s.full);
+    return sized_messages<B> ? sizeof(agreement) : sent_.bytes(k);
+  }
 
   // How much later than the round before each round's receive gives up: a tenth of the time
   // left at the start of the exchange, at most 1 s. A rank stopped before a collective holds up

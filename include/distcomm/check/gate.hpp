@@ -155,7 +155,7 @@ class gated {
   void arm(gate_opener opener) {
     opener_ = opener;
     armed_ = true;
-    early_ = 0;
+    sent_.clear();
     pending_.clear();
   }
   bool armed() const noexcept { return armed_; }
@@ -167,10 +167,6 @@ class gated {
   void open() {
     if (!armed_) return;
     armed_ = false;
-    sent_.clear();
-    for (const message& m : pending_) {
-      if (m.send) sent_.push_back({m.peer, m.tag, m.bytes});
-    }
     opener_.run(opener_.self, sent_);
     for (message& m : pending_) {
       if (!m.send) m.req = b_->irecv(m.data, m.bytes, m.peer, m.tag);
@@ -192,11 +188,11 @@ class gated {
   }
 
   request isend(const void* data, std::size_t bytes, int peer, tag_t tag) {
-    if (armed_ && early_ == max_early_sends) open();
+    if (armed_ && sent_.size() == max_early_sends) open();
     if (!armed_) return request(b_->isend(data, bytes, peer, tag));
-    ++early_;
-    pending_.push_back(
-        {const_cast<void*>(data), bytes, peer, tag, true, b_->isend(data, bytes, peer, tag)});
+    inner posted = b_->isend(data, bytes, peer, tag);
+    sent_.push_back({peer, tag, bytes});
+    pending_.push_back({const_cast<void*>(data), bytes, peer, tag, true, std::move(posted)});
     return request(this, pending_.size() - 1);
   }
   request irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
@@ -267,9 +263,8 @@ class gated {
   B* b_;
   bool armed_ = false;
   gate_opener opener_;
-  std::size_t early_ = 0;         // sends among pending_
   std::vector<message> pending_;  // this call's, made while its agreement was pending
-  std::vector<early_send> sent_;  // what open() tells the agreement
+  std::vector<early_send> sent_;  // the sends among pending_, for the agreement
 };
 
 // The placeholder where calls do not go through a gate.
