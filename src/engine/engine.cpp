@@ -5,7 +5,9 @@
 // submission, or after idle_wake, so the ranks still waiting hear from an idle rank. Each cycle
 // is one allreduce (min) of a byte per response-cache entry plus two flags: "no rank needs a full
 // exchange" and "every rank is blocked". A full exchange (two allgathers: the sizes, then the
-// reports) runs when a flag says so; negotiate() then makes the plan every rank shares.
+// reports) runs when a flag says so; negotiate() then makes the plan every rank shares. The
+// works' then() callbacks run on a pool of the engine's (async/pool.hpp), never on its thread: a
+// callback may submit tensors and wait for them, or destroy the engine.
 #include "distcomm/engine/engine.hpp"
 
 #include <algorithm>
@@ -193,6 +195,7 @@ struct engine::impl {
   steady::time_point last_submit = steady::now();
   std::uint64_t next_id = 1;
   std::shared_ptr<std::atomic<int>> waiters = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<detail::pool> callbacks = std::make_shared<detail::pool>();  // works' then()
   statistics stats;
 
   // The engine thread's own.
@@ -208,6 +211,7 @@ struct engine::impl {
   work submit(entry e) {
     e.state = std::make_shared<detail::work_state>();
     e.state->count_waiters_in(waiters);
+    e.state->callbacks_on(callbacks);
     work w(e.state);
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -620,6 +624,7 @@ struct engine::impl {
     cv.notify_all();
     if (thread.joinable()) thread.join();
     close(std::make_exception_ptr(error(why)));
+    callbacks->stop();  // the callbacks running finish (from one of them: it is let go)
   }
 
   // No more cycles: everything pending (and everything submitted later) fails with `why`.
@@ -718,6 +723,7 @@ work engine::join() {
   }
   auto state = std::make_shared<detail::work_state>();
   state->count_waiters_in(impl_->waiters);
+  state->callbacks_on(impl_->callbacks);
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (impl_->closed) return work::failed(impl_->closed_because);

@@ -4,8 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -14,6 +14,15 @@
 #include "distcomm/strategy/automatic.hpp"
 
 namespace backend_suite {
+
+// Waits until `done()` (a callback on another thread has run) or 30 s.
+template <class F>
+void wait_for_flag(F done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 template <class B>
 void nonblocking_collectives(rank_context<B>& ctx) {
@@ -29,13 +38,14 @@ void nonblocking_collectives(rank_context<B>& ctx) {
   const std::size_t counts[] = {1, 13, 64, 301, 700, 1500};
   std::vector<std::vector<unsigned char>> inplace, in, out, rs_in, rs_out, ag_in, ag_out, bc;
   std::vector<dc::work> works;
-  std::vector<int> order;  // the order the works completed in, from their then() callbacks
-  std::mutex order_mutex;
+  // Whether every work started before one had completed when its then() callback ran (the
+  // callbacks themselves may run side by side, on different threads).
+  std::atomic<int> callbacks_run{0};
+  std::atomic<int> out_of_order{0};
   const auto track = [&](dc::work w) {
-    const int index = static_cast<int>(works.size());
-    w.then([&, index](std::exception_ptr) {
-      std::lock_guard<std::mutex> lock(order_mutex);
-      order.push_back(index);
+    w.then([&, earlier = works](std::exception_ptr) {
+      for (const auto& e : earlier) out_of_order += e.test() ? 0 : 1;
+      ++callbacks_run;
     });
     works.push_back(std::move(w));
   };
@@ -92,12 +102,9 @@ void nonblocking_collectives(rank_context<B>& ctx) {
     CHECK(std::memcmp(bc[k].data(), root_data.data(), c * 4) == 0);
     CHECK_MESSAGE(count_wrong(group[k].data(), 0, c, t, sum, p, &first) == 0, first);
   }
-  {
-    std::lock_guard<std::mutex> lock(order_mutex);
-    std::vector<int> posted(works.size());
-    for (std::size_t i = 0; i < posted.size(); ++i) posted[i] = static_cast<int>(i);
-    CHECK(order == posted);
-  }
+  wait_for_flag([&] { return callbacks_run.load() == static_cast<int>(works.size()); });
+  CHECK(callbacks_run.load() == static_cast<int>(works.size()));
+  CHECK(out_of_order.load() == 0);
 
   // A mismatch reaches wait() on every rank, and leaves the communicator usable.
   std::vector<float> v(me == 0 ? 4 : 5, 1.0f);
@@ -106,29 +113,60 @@ void nonblocking_collectives(rank_context<B>& ctx) {
   CHECK(bad.test());
   CHECK(bad.error() != nullptr);
 
-  // A then() callback that waits on its own communicator is refused instead of waiting for
-  // itself; an ibarrier after it still pairs up.
-  // (A callback attached after completion runs at once on this thread, where a blocking call
-  // would be legal, and is skipped: it must not start a collective the other ranks do not.)
-  std::atomic<bool> refused{false};
-  std::atomic<bool> on_progress_thread{false};
-  const auto caller = std::this_thread::get_id();
-  std::vector<float> one(1, 1.0f);
+  // then() callbacks may call collectives of their own communicator, blocking or not, and wait
+  // on them, two deep (PyTorch's PowerSGD hook does): the progress thread's role goes on on
+  // another thread meanwhile. Every rank's callbacks make the same calls, wherever they run (at
+  // once on the calling thread when the work had completed already).
+  std::vector<float> one(1, 1.0f), two(1, 1.0f), three(1, 1.0f), four(1, 1.0f);
+  std::atomic<int> nested_failures{0};
+  std::atomic<int> nested_done{0};
   dc::work w = comm.iallreduce(dc::view(one));
-  w.then([&](std::exception_ptr) {
-    if (std::this_thread::get_id() == caller) return;
-    on_progress_thread = true;
+  w.then([&](std::exception_ptr e) {
     try {
-      comm.barrier();
-    } catch (const dc::invalid_argument_error&) {
-      refused = true;
+      if (e) std::rethrow_exception(e);
+      comm.allreduce(dc::view(two));
+      dc::work inner = comm.iallreduce(dc::view(three));
+      inner.then([&](std::exception_ptr ie) {
+        try {
+          if (ie) std::rethrow_exception(ie);
+          comm.iallreduce(dc::view(four)).wait();
+        } catch (...) {
+          ++nested_failures;
+        }
+        ++nested_done;
+      });
+      inner.wait();
+    } catch (...) {
+      ++nested_failures;
     }
+    ++nested_done;
   });
   w.wait();
+  wait_for_flag([&] { return nested_done.load() == 2; });
   comm.ibarrier().wait();
   comm.synchronize();
-  CHECK(refused.load() == on_progress_thread.load());
-  CHECK(one[0] == static_cast<float>(p));
+  CHECK(nested_done.load() == 2);
+  CHECK(nested_failures.load() == 0);
+  for (const auto* v : {&one, &two, &three, &four}) CHECK((*v)[0] == static_cast<float>(p));
+
+  // A then() callback may destroy its communicator (drop the last reference to it): the
+  // destruction runs what is queued and lets the callback's own thread go.
+  using comm_type = dc::communicator<B, dc::strategy::automatic>;
+  auto owned = std::make_unique<comm_type>(ctx.make(), suite_config<B>());
+  std::vector<float> x(1000, 1.0f), y(1000, 1.0f);
+  std::atomic<bool> destroyed{false};
+  dc::work early = owned->iallreduce(dc::view(x));
+  dc::work second = owned->iallreduce(dc::view(y));  // queued behind it
+  early.then([&](std::exception_ptr) {
+    owned.reset();
+    destroyed = true;
+  });
+  wait_for_flag([&] { return destroyed.load(); });
+  CHECK(destroyed.load());
+  CHECK(second.test());
+  CHECK_NOTHROW(second.wait());
+  CHECK(x[0] == static_cast<float>(p));
+  CHECK(y[999] == static_cast<float>(p));
   ctl.barrier();
 }
 

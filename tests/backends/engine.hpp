@@ -1,14 +1,18 @@
 // distcomm::engine on every backend: tensors submitted in a different random order on every rank
 // give the synchronous grouped allreduce's bits (deterministic mode) over 1,000 steps; ranks with
 // fewer steps join() while the others go on; and each way of submitting different tensors on
-// different ranks is a mismatch_error on every rank, naming the tensor (not a hang, not a timeout).
+// different ranks is a mismatch_error on every rank, naming the tensor (not a hang, not a timeout);
+// works' callbacks may submit and wait, or destroy the engine.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "context.hpp"
@@ -243,7 +247,55 @@ void engine_mismatches(rank_context<B>& ctx) {
   ctl.barrier();
 }
 
+// A work's then() callback may submit tensors to its own engine and wait for them, and may
+// destroy the engine: callbacks run on a pool of the engine's, never on its thread.
+template <class B>
+void engine_callbacks(rank_context<B>& ctx) {
+  control<B> ctl(ctx);
+  dc::any_communicator comm = engine_comm(ctx, suite_config<B>());
+  auto eng = std::make_unique<dc::engine>(comm);
+  const auto p = static_cast<float>(ctx.size);
+  std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 1.0f);
+  std::atomic<int> failures{0};
+  std::atomic<int> done{0};
+  const auto settle = [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (done.load() < 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    done = 0;
+  };
+  eng->allreduce_async("a", dc::view(a), dc::reduce_op::sum).then([&](std::exception_ptr e) {
+    try {
+      if (e) std::rethrow_exception(e);
+      eng->allreduce_async("b", dc::view(b), dc::reduce_op::sum).wait();
+    } catch (...) {
+      ++failures;
+    }
+    ++done;
+  });
+  settle();
+  CHECK(failures.load() == 0);
+  CHECK(a[0] == p);
+  CHECK(b[63] == p);
+
+  eng->allreduce_async("c", dc::view(c), dc::reduce_op::sum).then([&](std::exception_ptr) {
+    eng.reset();
+    ++done;
+  });
+  settle();
+  CHECK(eng == nullptr);
+  CHECK(c[0] == p);
+  ctl.barrier();
+}
+
 }  // namespace backend_suite
+
+TEST_CASE_TEMPLATE_DEFINE("engine: callbacks submit, wait and destroy the engine", E,
+                          backend_suite_engine_callbacks) {
+  using B = typename E::backend;
+  E::run([](backend_suite::rank_context<B>& ctx) { backend_suite::engine_callbacks(ctx); });
+}
 
 TEST_CASE_TEMPLATE_DEFINE("engine: random readiness orders give the synchronous bits", E,
                           backend_suite_engine_orders) {

@@ -10,45 +10,24 @@ processes (init method from --init: env, tcp or file) and fails when any rank fa
 import argparse
 import gc
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import traceback
 import warnings
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import ranks
 
 
 def launch(world, init):
-    env = dict(os.environ)
-    port = free_port()
+    port = ranks.free_port()
     tmp = tempfile.mkdtemp(prefix="distcomm-torch-")
-    procs = []
-    for rank in range(world):
-        e = dict(env, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                 MASTER_PORT=str(port), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-        if init == "tcp":
-            url = f"tcp://127.0.0.1:{port}"
-        elif init == "file":
-            url = "file://" + os.path.join(tmp, "store")
-        else:
-            url = "env://"
-        procs.append(subprocess.Popen([sys.executable, __file__, "--rank", str(rank), "--world",
-                                       str(world), "--url", url], env=e))
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=240))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append("timeout")
-    print(f"ranks exited with {codes}")
-    return 0 if all(c == 0 for c in codes) else 1
+    if init == "tcp":
+        url = f"tcp://127.0.0.1:{port}"
+    elif init == "file":
+        url = "file://" + os.path.join(tmp, "store")
+    else:
+        url = "env://"
+    return ranks.launch(world, lambda rank: [__file__, "--rank", str(rank), "--world", str(world),
+                                            "--url", url], port=port)
 
 
 def run_rank(rank, world, url):
@@ -257,11 +236,7 @@ def main():
     a = ap.parse_args()
     if a.rank is None:
         return launch(a.world, a.init)
-    try:
-        return run_rank(a.rank, a.world, a.url)
-    except Exception:
-        traceback.print_exc()
-        return 1
+    return ranks.rank_main(lambda: run_rank(a.rank, a.world, a.url))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@
 // out of order with the later calls, which start meanwhile; two ranks that both isend, then
 // irecv, are not waiting for each other. While anything is in flight, blocking calls go through
 // the thread too, so that only it touches the transport.
+//
+// "The thread" is a role, not one thread: a work's then() callbacks run on the thread that
+// completed it, which first hands the role to another thread of a pool (async/pool.hpp) when
+// anything is queued or in flight. A callback may so start collectives on the same communicator
+// and wait on them, as PyTorch's DDP hooks (PowerSGD) do, or destroy the communicator.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/async/pool.hpp"
 #include "distcomm/async/work.hpp"
 #include "distcomm/core/error.hpp"
 
@@ -46,8 +52,8 @@ class progress {
   ~progress() { stop(); }
 
   // Runs f in order with the queued collectives and returns when it has run; f's exception
-  // propagates. `what` names the call in the error raised on the progress thread itself (a then()
-  // callback waiting on its own communicator would wait for itself).
+  // propagates. `what` names the call in the error raised on the progress thread itself, inside a
+  // collective's own start (it would wait for itself).
   template <class F>
   void run(const char* what, F&& f) {
     // Until a call is queued there is no thread, no queue and nothing in flight: a blocking call
@@ -62,12 +68,10 @@ class progress {
       }
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    if (std::this_thread::get_id() == thread_id_) {
-      throw invalid_argument_error(
-          std::string(what) +
-          ": called from a then() callback, on the thread that runs this "
-          "communicator's collectives; it would wait for itself (start "
-          "the non-blocking form instead, or call it from another thread)");
+    if (std::this_thread::get_id() == loop_thread_) {
+      throw invalid_argument_error(std::string(what) +
+                                   ": called while this communicator's progress thread starts "
+                                   "or polls a collective; it would wait for itself");
     }
     bool free_now = false;
     if (queue_.empty() && in_flight_ == 0 && busy_.compare_exchange_strong(free_now, true)) {
@@ -100,9 +104,9 @@ class progress {
       }
       started_.store(true);  // from now on every call takes the lock
       queue_.push_back({std::move(start), state});
-      if (!thread_.joinable()) {
-        thread_ = std::thread([this] { loop(); });
-        thread_id_ = thread_.get_id();
+      if (!looping_) {
+        looping_ = true;
+        threads_.run([this] { loop(); });
       }
     }
     cv_.notify_all();
@@ -119,14 +123,17 @@ class progress {
     waiting_.fetch_sub(1);
   }
 
-  // Runs what is queued and joins the thread. Every collective has a deadline, so this ends.
+  // Runs what is queued and joins the threads; callbacks still running finish first. Every
+  // collective has a deadline, so this ends. From a then() callback (one destroying its
+  // communicator), that callback's thread is let go and ends when the callback returns.
   void stop() noexcept {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
       stopping_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !looping_; });
     }
-    cv_.notify_all();
-    if (thread_.joinable() && std::this_thread::get_id() != thread_id_) thread_.join();
+    threads_.stop();
   }
 
  private:
@@ -152,17 +159,22 @@ class progress {
     }
   };
 
+  // The progress thread's role, on a thread of threads_: runs the queue in order and polls what
+  // it left in flight, until stopped, or until a work it completes has then() callbacks: those
+  // run on this thread, and the role goes to another one of the pool when anything is left.
   void loop() {
-    std::vector<pending> polled;  // what the calls left in flight, oldest first
-    auto backoff = min_backoff;
+    std::unique_lock<std::mutex> lock(mutex_);
+    loop_thread_ = std::this_thread::get_id();
     for (;;) {
-      std::unique_lock<std::mutex> lock(mutex_);
       const auto runnable = [&] { return !queue_.empty() && !busy_; };
-      if (polled.empty()) {
+      if (polled_.empty()) {
         cv_.wait(lock, [&] { return (stopping_ && queue_.empty()) || runnable(); });
-        if (queue_.empty()) return;  // stopping, and nothing left
+        if (queue_.empty()) {  // stopping, and nothing left
+          leave(lock);
+          return;
+        }
       } else if (!runnable()) {
-        cv_.wait_for(lock, backoff, runnable);
+        cv_.wait_for(lock, backoff_, runnable);
       }
       bool free_now = false;
       if (!queue_.empty() && busy_.compare_exchange_strong(free_now, true)) {
@@ -184,42 +196,76 @@ class progress {
           }
         }
         if (poll) {
-          polled.push_back({std::move(poll), std::move(e.state)});
-          backoff = min_backoff;
+          polled_.push_back({std::move(poll), std::move(e.state)});
+          backoff_ = min_backoff;
         } else {
-          e.state->complete(failure);  // then() callbacks run here, the next call free to start
+          auto callbacks = e.state->finish(failure);  // the next call free to start
+          if (!callbacks.empty()) return hand_over(std::move(e.state), callbacks);
         }
+        lock.lock();
         continue;
       }
       lock.unlock();
-      backoff = poll_all(polled) ? min_backoff : std::min(backoff * 2, max_backoff);
+      std::shared_ptr<work_state> done;
+      std::vector<work_state::callback> callbacks;
+      const bool any = poll_all(done, callbacks);
+      backoff_ = any ? min_backoff : std::min(backoff_ * 2, max_backoff);
+      if (!callbacks.empty()) return hand_over(std::move(done), callbacks);
+      lock.lock();
     }
   }
 
-  // Polls what is in flight once; completes what is done. True when something was.
-  bool poll_all(std::vector<pending>& polled) {
+  // Gives up the role: to a thread of the pool when anything is queued or in flight (or the
+  // next post() starts one), then runs `done`'s callbacks here. Touches nothing of this object
+  // after them: a callback may destroy it.
+  void hand_over(std::shared_ptr<work_state> done, std::vector<work_state::callback>& callbacks) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!queue_.empty() || !polled_.empty()) {
+        loop_thread_ = std::thread::id();
+        threads_.run([this] { loop(); });
+      } else {
+        leave(lock);
+      }
+    }
+    done->run_callbacks(callbacks);
+  }
+
+  void leave(std::unique_lock<std::mutex>&) {
+    looping_ = false;
+    loop_thread_ = std::thread::id();
+    cv_.notify_all();  // stop() waits for it
+  }
+
+  // Polls what is in flight once and completes what is done, up to the first work with then()
+  // callbacks, which it hands back with them. True when something completed.
+  bool poll_all(std::shared_ptr<work_state>& done, std::vector<work_state::callback>& callbacks) {
     bool any = false;
-    for (std::size_t i = 0; i < polled.size();) {
+    for (std::size_t i = 0; i < polled_.size();) {
       std::exception_ptr failure;
-      bool done = true;
+      bool ended = true;
       try {
-        done = polled[i].poll();
+        ended = polled_[i].poll();
       } catch (...) {
         failure = std::current_exception();
       }
-      if (!done) {
+      if (!ended) {
         ++i;
         continue;
       }
-      std::shared_ptr<work_state> state = std::move(polled[i].state);
-      polled.erase(polled.begin() + static_cast<std::ptrdiff_t>(i));  // the request, released
+      std::shared_ptr<work_state> state = std::move(polled_[i].state);
+      polled_.erase(polled_.begin() + static_cast<std::ptrdiff_t>(i));  // the request, released
       {
         std::lock_guard<std::mutex> lock(mutex_);
         --in_flight_;
       }
       cv_.notify_all();
-      state->complete(failure);
       any = true;
+      callbacks = state->finish(failure);
+      if (!callbacks.empty()) {
+        done = std::move(state);
+        return true;
+      }
     }
     return any;
   }
@@ -237,8 +283,11 @@ class progress {
   std::atomic<int> waiting_{0};       // drain() calls waiting
   int in_flight_ = 0;                 // calls whose work the thread polls
   bool stopping_ = false;
-  std::thread thread_;
-  std::thread::id thread_id_;
+  bool looping_ = false;         // a thread has the progress role (or is given it)
+  std::thread::id loop_thread_;  // the one that has it now
+  std::vector<pending> polled_;  // what the calls left in flight, oldest first (the role's)
+  std::chrono::microseconds backoff_ = min_backoff;  // the role's
+  pool threads_;  // last: stopped by stop(), before the rest goes
 };
 
 }  // namespace distcomm::detail

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/async/pool.hpp"
+
 namespace distcomm {
 
 namespace detail {
@@ -28,19 +30,40 @@ class work_state {
 
   bool done() const noexcept { return done_.load(std::memory_order_acquire); }
 
-  // Called once by the side that ran the collective; runs the then() callbacks on this thread.
+  // Called once by the side that ran the collective; runs the then() callbacks on this thread, or
+  // on the pool given to callbacks_on().
   void complete(std::exception_ptr error = nullptr) noexcept {
+    std::vector<callback> run = finish(std::move(error));
+    if (run.empty()) return;
+    if (pool_) {
+      pool_->run([run = std::move(run), e = error_]() mutable {
+        for (auto& cb : run) invoke(cb, e);
+      });
+    } else {
+      run_callbacks(run);
+    }
+  }
+
+  // complete() in two steps, for a side that must not run the callbacks itself: marks the work
+  // complete (waiters wake) and hands back the then() callbacks, for run_callbacks() elsewhere.
+  std::vector<callback> finish(std::exception_ptr error) noexcept {
     std::vector<callback> run;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (done()) return;
+      if (done()) return run;
       error_ = std::move(error);
       done_.store(true, std::memory_order_release);
       run.swap(callbacks_);
     }
     cv_.notify_all();
-    for (auto& cb : run) invoke(cb);
+    return run;
   }
+  void run_callbacks(std::vector<callback>& run) noexcept {
+    for (auto& cb : run) invoke(cb, error_);
+  }
+
+  // complete() runs the callbacks on `p`'s threads instead of its own (an engine's thread).
+  void callbacks_on(std::shared_ptr<pool> p) { pool_ = std::move(p); }
 
   template <class Until>
   bool wait_until(const Until& until) {
@@ -69,7 +92,7 @@ class work_state {
         return;
       }
     }
-    invoke(cb);  // already complete: on the caller's thread, now
+    invoke(cb, error_);  // already complete: on the caller's thread, now
   }
 
   // A counter raised while a thread waits on this work: the engine reads it to tell a rank that
@@ -89,9 +112,9 @@ class work_state {
     std::atomic<int>* c_;
   };
 
-  void invoke(callback& cb) noexcept {
+  static void invoke(callback& cb, const std::exception_ptr& error) noexcept {
     try {
-      cb(error_);
+      cb(error);
     } catch (...) {
       // A callback's own failure cannot reach anyone: the collective's outcome stands.
     }
@@ -103,6 +126,7 @@ class work_state {
   std::exception_ptr error_;
   std::vector<callback> callbacks_;
   std::shared_ptr<std::atomic<int>> waiters_;
+  std::shared_ptr<pool> pool_;
 };
 }  // namespace detail
 
@@ -142,9 +166,10 @@ class [[nodiscard]] work {
   bool test() const noexcept { return !state_ || state_->done(); }
   // The collective's error once complete (nullptr on success or while running).
   std::exception_ptr error() const { return state_ && state_->done() ? state_->error() : nullptr; }
-  // Calls cb(error) once the collective completes (error is nullptr on success): on the thread
-  // that completes it (a progress thread: keep it short and do not wait on collectives of the
-  // same communicator there), or at once on this thread when already complete.
+  // Calls cb(error) once the collective completes (error is nullptr on success): on a thread of
+  // the communicator's (or engine's) that runs nothing else meanwhile, or at once on this thread
+  // when already complete. cb may start collectives, wait on them, or destroy the communicator:
+  // the collectives behind it go on, on another thread.
   const work& then(std::function<void(std::exception_ptr)> cb) const {
     if (state_) {
       state_->then(std::move(cb));
