@@ -1,9 +1,13 @@
 // detail::progress (async/progress.hpp): one collective at a time, whether it runs on the caller's
 // thread (a blocking call, claimed without the lock until a call is queued) or on the progress
-// thread; in order; and drain() returns once everything started has run.
+// thread; in order; drain() returns once everything started has run; then() callbacks may wait on
+// calls of their own progress, or destroy it; and the pool under it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -88,4 +92,69 @@ TEST_CASE("progress: a blocking call's exception propagates and frees the commun
   p.post([&] { ++ran; }).wait();
   p.run("allreduce", [&] { ++ran; });
   CHECK(ran == 3);
+}
+
+TEST_CASE("progress: then() callbacks start calls and wait on them, three deep, in flight too") {
+  dd::progress p;
+  exclusive body;
+  std::atomic<int> depth_reached{0};
+  // Each level's callback posts the next level and waits for it: with callbacks on the thread
+  // that runs the queue, the first wait would wait for itself.
+  std::function<void(int)> level = [&](int d) {
+    if (d == 3) return;
+    distcomm::work w = p.post([&] { body(); });
+    w.then([&, d](std::exception_ptr) {
+      depth_reached = std::max(depth_reached.load(), d + 1);
+      level(d + 1);
+      p.run("allreduce", [&] { body(); });  // blocking, from the callback
+    });
+    w.wait();
+  };
+  // A call left in flight a while, polled by whichever thread has the role.
+  std::atomic<int> polls{0};
+  distcomm::work in_flight =
+      p.post_in_flight([&]() -> dd::poll_fn { return [&] { return polls.fetch_add(1) >= 20; }; });
+  std::thread caller([&] { level(0); });
+  caller.join();
+  in_flight.wait();
+  p.drain();
+  CHECK(depth_reached.load() == 3);
+  CHECK(body.overlaps.load() == 0);
+}
+
+TEST_CASE("progress: a then() callback may destroy the progress it runs on") {
+  auto p = std::make_unique<dd::progress>();
+  std::atomic<bool> destroyed{false};
+  int ran = 0;
+  distcomm::work first = p->post([&] { ++ran; });
+  distcomm::work second = p->post([&] { ++ran; });  // queued behind: run before it goes
+  first.then([&](std::exception_ptr) {
+    p.reset();
+    destroyed = true;
+  });
+  while (!destroyed) std::this_thread::yield();
+  CHECK(second.test());
+  CHECK(ran == 2);
+}
+
+TEST_CASE("pool: a task that blocks never holds up the next; stop() from a task lets it go") {
+  auto pool = std::make_unique<dd::pool>();
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  pool->run([&] {
+    while (!release) std::this_thread::yield();  // blocked until the second task has run
+    ++ran;
+  });
+  pool->run([&] {
+    ++ran;
+    release = true;
+  });
+  while (ran.load() < 2) std::this_thread::yield();
+  std::atomic<bool> stopped{false};
+  pool->run([&] {
+    pool.reset();  // joins the others, lets this thread go
+    stopped = true;
+  });
+  while (!stopped) std::this_thread::yield();
+  CHECK(ran.load() == 2);
 }
