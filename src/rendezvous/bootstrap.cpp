@@ -1,10 +1,13 @@
 #include "distcomm/rendezvous/bootstrap.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -119,13 +122,48 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+// `dir`, made mode 0700 when missing; refused unless it is a directory (not a link to one) of
+// this user's that nobody else may write to. Everything the meeting trusts lies under it: another
+// local user who could plant a file there could point the job at a store of their own.
+void private_directory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw rendezvous_error("rendezvous: cannot create the meeting directory " + dir + ": " +
+                           detail::errno_text(errno) + " (set TMPDIR to a directory of yours)");
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    throw rendezvous_error("rendezvous: cannot inspect the meeting directory " + dir + ": " +
+                           detail::errno_text(errno));
+  }
+  const std::string fix = "; remove it, or set TMPDIR to a directory of yours";
+  if (!S_ISDIR(st.st_mode)) {
+    throw rendezvous_error("rendezvous: the meeting directory " + dir +
+                           (S_ISLNK(st.st_mode) ? " is a symbolic link" : " is not a directory") +
+                           ", which another user may have planted" + fix);
+  }
+  if (st.st_uid != ::geteuid()) {
+    throw rendezvous_error("rendezvous: the meeting directory " + dir + " belongs to uid " +
+                           std::to_string(st.st_uid) + ", not to this user (uid " +
+                           std::to_string(::geteuid()) + "): another user could feed this job" +
+                           fix);
+  }
+  if ((st.st_mode & 022) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw rendezvous_error("rendezvous: the meeting directory " + dir + " is mode " + mode +
+                           ", writable by other users, who could feed this job; chmod 700 it, "
+                           "remove it, or set TMPDIR to a directory of yours");
+  }
+}
+
 std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s,
                                          const std::string& token, const job_identity& me,
                                          const env_lookup& getenv, std::string* place) {
   const char* tmp = std::getenv("TMPDIR");
-  *place = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/distcomm-" +
-           std::to_string(getuid()) + "/" + to_string(w.launcher) + "-" +
-           job_name(w.launcher, getenv);
+  const std::string mine = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                           "/distcomm-" + std::to_string(::geteuid());
+  private_directory(mine);
+  *place = mine + "/" + to_string(w.launcher) + "-" + job_name(w.launcher, getenv);
   file_store meeting(*place, s.slice());
   if (w.rank == 0) {
     auto server = std::make_unique<tcp_store_server>("127.0.0.1", 0, token, me);
