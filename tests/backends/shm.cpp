@@ -2,16 +2,22 @@
 // connected through the job's store from distcomm::bootstrap().
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "context.hpp"
 #include "distcomm/backends/shm.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
+#include "segment.hpp"  // the shared layout, to overwrite words of it
 
 namespace {
 
@@ -33,11 +39,22 @@ struct shm_env {
 
 }  // namespace
 
-// The names in /dev/shm of this process's segments (distcomm-shm.<uid>.<pid>.<n>).
+// "<uid>.<pid namespace>.<pid>.": what the names of this process's segments carry.
+static std::string own_name_part() {
+  char ns[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  std::string id;
+  for (ssize_t i = 0; i < n; ++i) {
+    if (ns[i] >= '0' && ns[i] <= '9') id += ns[i];
+  }
+  return std::to_string(::geteuid()) + "." + id + "." + std::to_string(::getpid()) + ".";
+}
+
+// The names in /dev/shm of this process's segments
+// (distcomm-shm.<uid>.<pid namespace>.<pid>.<n>.<random>).
 static std::vector<std::string> own_segments() {
   std::vector<std::string> found;
-  const std::string mine =
-      "distcomm-shm." + std::to_string(::getuid()) + "." + std::to_string(::getpid()) + ".";
+  const std::string mine = "distcomm-shm." + own_name_part();
   if (DIR* dir = ::opendir("/dev/shm")) {
     while (const dirent* e = ::readdir(dir)) {
       if (std::string(e->d_name).rfind(mine, 0) == 0) found.emplace_back(e->d_name);
@@ -179,6 +196,134 @@ TEST_CASE("shm: DISTCOMM_SHM_RING and DISTCOMM_SHM_CHUNK out of range are named"
       ::unsetenv(variable);
     }
   }
+}
+
+// The job's store as a local user who can write to it would make it (PyTorch's store has no
+// authentication): every peer's published segment name reads as `planted`.
+class planting_store final : public distcomm::store {
+ public:
+  planting_store(std::shared_ptr<distcomm::store> inner, int rank, std::string planted)
+      : inner_(std::move(inner)), rank_(rank), planted_(std::move(planted)) {
+    set_timeout(inner_->timeout());
+  }
+  void set(const std::string& k, const distcomm::bytes& v) override { inner_->set(k, v); }
+  distcomm::bytes get(const std::string& k) override {
+    distcomm::bytes v = inner_->get(k);
+    const std::size_t at = k.rfind("/rank/");
+    if (at == std::string::npos || k.substr(at + 6) == std::to_string(rank_)) return v;
+    std::string text(v.begin(), v.end());
+    text = planted_ + text.substr(std::min(text.find('\n'), text.size()));
+    return distcomm::bytes(text.begin(), text.end());
+  }
+  std::int64_t add(const std::string& k, std::int64_t d) override { return inner_->add(k, d); }
+  bool check(const std::vector<std::string>& k) override { return inner_->check(k); }
+  void wait(const std::vector<std::string>& k) override { inner_->wait(k); }
+  distcomm::bytes compare_set(const std::string& k, const distcomm::bytes& e,
+                              const distcomm::bytes& d) override {
+    return inner_->compare_set(k, e, d);
+  }
+
+ private:
+  std::shared_ptr<distcomm::store> inner_;
+  int rank_;
+  std::string planted_;
+};
+
+// A segment another user made (here: as nobody), or one of this user's that others may write
+// to, is never used, whatever the store says: every rank refuses it, naming owner and mode.
+TEST_CASE("shm: a segment of another user, or open to others, is refused") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: needs root, to make a segment owned by nobody");
+    return;
+  }
+  const int me = the_job->world.rank;
+  const int p = the_job->world.size;
+  struct planted_case {
+    uid_t owner;
+    mode_t mode;
+    const char* says;
+  };
+  for (const planted_case c : {planted_case{65534, 0600, "belongs to uid 65534 with mode 0600"},
+                               planted_case{0, 0666, "belongs to uid 0 with mode 0666"}}) {
+    CAPTURE(c.says);
+    const std::string name = "/distcomm-test-planted." + std::to_string(::getpid());
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, 1 << 20) == 0);
+    REQUIRE(::fchown(fd, c.owner, c.owner) == 0);
+    REQUIRE(::fchmod(fd, c.mode) == 0);
+    ::close(fd);
+    auto lying = std::make_shared<planting_store>(the_job->kv, me, name);
+    try {
+      distcomm::shm_backend b(lying, me, p, the_options);
+      FAIL("a planted segment was used");
+    } catch (const distcomm::invalid_argument_error& e) {
+      CHECK(std::string(e.what()).find(name + " " + c.says) != std::string::npos);
+      CHECK(std::string(e.what()).find("refusing it") != std::string::npos);
+    }
+    ::shm_unlink(name.c_str());
+  }
+  CHECK(own_segments().empty());  // the refusing ranks removed their own
+}
+
+// Segment names carry 128 random bits: nobody can make one before the rank that will.
+TEST_CASE("shm: segment names cannot be guessed") {
+  const std::string name = distcomm::detail::shm::fresh_name();
+  const std::string again = distcomm::detail::shm::fresh_name();
+  const std::string part = "/distcomm-shm." + own_name_part();
+  REQUIRE(name.rfind(part, 0) == 0);
+  const std::string random = name.substr(name.rfind('.') + 1);
+  CHECK(random.size() == 32);
+  CHECK(random.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(random != again.substr(again.rfind('.') + 1));
+}
+
+// A peer's words in shared memory are bounds-checked before use: rank 1 overwrites the write
+// position of its ring to rank 0 with garbage; rank 0's receive from it, and rank 1's own send,
+// fail with peer_lost_error saying the memory was overwritten (before: a read past the ring).
+TEST_CASE("shm: a ring whose words were overwritten is a named error, not a wild read") {
+  const int me = the_job->world.rank;
+  const int p = the_job->world.size;
+  distcomm::shm_backend b(*the_job, the_options);
+  const auto until = distcomm::deadline_after(std::chrono::seconds(20));
+  if (me == 1) {
+    // This process's newest segment is b's: its mapping in /proc/self/maps, the highest <n>.
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    unsigned long best_start = 0;
+    long best_n = -1;
+    const std::string part = "distcomm-shm." + own_name_part();
+    while (std::getline(maps, line)) {
+      const std::size_t at = line.find(part);
+      if (at == std::string::npos) continue;
+      const long n = std::strtol(line.c_str() + at + part.size(), nullptr, 10);
+      if (n > best_n) {
+        best_n = n;
+        best_start = std::strtoul(line.c_str(), nullptr, 16);
+      }
+    }
+    REQUIRE(best_n >= 0);
+    namespace shm = distcomm::detail::shm;
+    auto* base = reinterpret_cast<unsigned char*>(best_start);
+    const auto round = [](std::size_t n) { return (n + shm::line - 1) / shm::line * shm::line; };
+    auto* ring0 = reinterpret_cast<shm::ring_header*>(base + round(sizeof(shm::header)));
+    ring0->head.store(0x7fffffffffffULL, std::memory_order_release);
+    shm::bump(reinterpret_cast<shm::header*>(base)[0]);
+  }
+  if (me == 0 || me == 1) {
+    std::vector<char> buf(4096);
+    const int peer = 1 - me;
+    try {
+      auto r = me == 0 ? b.irecv(buf.data(), buf.size(), peer, 7)
+                       : b.isend(buf.data(), buf.size(), peer, 7);
+      r.wait(until);
+      FAIL("the overwritten ring went unnoticed");
+    } catch (const distcomm::peer_lost_error& e) {
+      CHECK(std::string(e.what()).find("the ring from rank 1 to rank 0") != std::string::npos);
+      CHECK(std::string(e.what()).find("overwritten") != std::string::npos);
+    }
+  }
+  (void)p;
 }
 
 // The small alltoall goes through the staging areas in one arrival.

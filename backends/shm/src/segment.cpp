@@ -6,12 +6,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -142,7 +144,23 @@ segment segment::open(const std::string& name, int ranks, std::size_t ring_bytes
   }
   const fd_guard guard{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
+  if (::fstat(fd, &st) != 0) {
+    throw backend_error(shm_backend::name, "fstat", errno,
+                        "inspecting " + name + ": " + errno_text(errno));
+  }
+  // A segment this job's rank made is this user's, mode 0600. Anything else was made by someone
+  // else under the name the store gave (under torch.distributed, a store without authentication),
+  // who could then read or write this rank's messages.
+  if (st.st_uid != ::geteuid() || (st.st_mode & 07777) != 0600) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw invalid_argument_error(
+        "shm: " + name + " belongs to uid " + std::to_string(st.st_uid) + " with mode " + mode +
+        ", where a peer rank of this job makes it as uid " + std::to_string(::geteuid()) +
+        " with mode 0600: refusing it (another local user may have made it, or put its name in "
+        "the job's store)");
+  }
+  if (static_cast<std::size_t>(st.st_size) != bytes) {
     throw invalid_argument_error("shm: " + name + " has " + std::to_string(st.st_size) +
                                  " bytes where " + std::to_string(bytes) +
                                  " were expected: the ranks run different DistComm versions or "
@@ -164,10 +182,43 @@ segment segment::open(const std::string& name, int ranks, std::size_t ring_bytes
   return s;
 }
 
+namespace {
+// "<uid>.<pid namespace>.": the part of a name shared by every segment of this user's processes
+// in this PID namespace, the ones whose pids sweep_stale() can check. (Containers that share
+// /dev/shm, and so a uid, but not a PID namespace leave each other's segments alone.)
+std::string own_prefix() {
+  const std::string ns = pid_namespace();  // "pid:[4026531836]"
+  std::string id;
+  for (char c : ns) {
+    if (c >= '0' && c <= '9') id += c;
+  }
+  return std::string(name_prefix) + std::to_string(::geteuid()) + "." + id + ".";
+}
+}  // namespace
+
 std::string fresh_name() {
   static std::atomic<unsigned> next{0};
-  return "/" + std::string(name_prefix) + std::to_string(::getuid()) + "." +
-         std::to_string(::getpid()) + "." + std::to_string(next.fetch_add(1));
+  // 128 random bits: nobody can make the name before this process does (O_EXCL would then fail
+  // the job), nor find it but through the job's store.
+  unsigned char bits[16];
+  std::size_t got = 0;
+  while (got < sizeof bits) {
+    const ssize_t n = ::getrandom(bits + got, sizeof bits - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw backend_error(shm_backend::name, "getrandom", errno,
+                          "drawing a segment name: " + errno_text(errno));
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string random;
+  for (unsigned char b : bits) {
+    random += hex[b >> 4];
+    random += hex[b & 15];
+  }
+  return "/" + own_prefix() + std::to_string(::getpid()) + "." + std::to_string(next.fetch_add(1)) +
+         "." + random;
 }
 
 void unlink(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
@@ -177,7 +228,7 @@ void sweep_stale() {
   std::call_once(once, [] {
     DIR* dir = ::opendir("/dev/shm");
     if (dir == nullptr) return;
-    const std::string mine = std::string(name_prefix) + std::to_string(::getuid()) + ".";
+    const std::string mine = own_prefix();
     while (const dirent* e = ::readdir(dir)) {
       const std::string n = e->d_name;
       if (n.compare(0, mine.size(), mine) != 0) continue;

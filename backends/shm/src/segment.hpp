@@ -79,7 +79,8 @@ class segment {
   // /dev/shm is an error here, not a SIGBUS later), and writes its header.
   static segment create(const std::string& name, int ranks, std::size_t ring_bytes,
                         std::size_t chunk_bytes);
-  // Maps the existing segment `name` and checks its header against what the caller expects.
+  // Maps the existing segment `name`, after checking that it is this user's, mode 0600, of the
+  // expected size, and checks its header against what the caller expects.
   static segment open(const std::string& name, int ranks, std::size_t ring_bytes,
                       std::size_t chunk_bytes);
 
@@ -101,10 +102,11 @@ class segment {
   std::size_t chunk_bytes_ = 0;
 };
 
-// A name for this process's next segment: /distcomm-shm.<uid>.<pid>.<n>.
+// A name for this process's next segment:
+// /distcomm-shm.<uid>.<pid namespace>.<pid>.<n>.<128 random bits in hex>.
 std::string fresh_name();
-// Unlinks the segments of this user whose creating process no longer exists (a rank killed
-// between creating its segment and unlinking it); once per process.
+// Unlinks the segments of this user and PID namespace whose creating process no longer exists (a
+// rank killed between creating its segment and unlinking it); once per process.
 void sweep_stale();
 void unlink(const std::string& name) noexcept;
 

@@ -221,6 +221,7 @@ struct shm_state {
     const std::size_t cap = mine.ring_bytes();
     std::uint64_t head = r.head.load(std::memory_order_relaxed);
     const std::uint64_t tail = r.tail.load(std::memory_order_acquire);
+    check_ring(d, rank, head, tail, cap);
     const std::uint64_t first = head;
     while (!o.queue.empty()) {
       shm_op& op = *o.queue.front();
@@ -251,6 +252,42 @@ struct shm_state {
     }
   }
 
+  // Every word a peer writes into shared memory is checked before it is used as a length or an
+  // index: a ring whose read position is not within its size behind its write position was
+  // overwritten (`consumer` reads what `producer` writes).
+  static constexpr const char* overwritten =
+      "the shared memory was overwritten (by another process that can write to /dev/shm, or by "
+      "memory corruption); this job cannot go on";
+  static constexpr std::uint64_t max_message_bytes = std::uint64_t{1} << 48;
+  void check_ring(int consumer, int producer, std::uint64_t head, std::uint64_t tail,
+                  std::size_t cap) {
+    if (head - tail > cap) {
+      corrupted("shm: the ring from rank " + std::to_string(producer) + " to rank " +
+                std::to_string(consumer) + " holds write position " + std::to_string(head) +
+                " and read position " + std::to_string(tail) + ", not within its " +
+                std::to_string(cap) + " bytes: " + overwritten);
+    }
+  }
+  // Under mu: this rank aborts (the peers hear it), and every wait fails with `why` from now on.
+  [[noreturn]] void corrupted(const std::string& why) {
+    if (!aborted) {
+      aborted = true;
+      abort_reason = why;
+      publish_abort(why);
+    }
+    throw peer_lost_error(why);
+  }
+  // Tells the peers this rank aborted, and why (their waits fail at once, naming it).
+  void publish_abort(const std::string& reason) noexcept {
+    shm::header& h = me();
+    const std::size_t n = std::min(reason.size(), sizeof h.reason - 1);
+    std::memcpy(h.reason, reason.data(), n);
+    h.reason[n] = '\0';
+    h.aborted.store(1, std::memory_order_release);
+    for (int q = 0; q < size; ++q) shm::bump(of(q).head());
+    if (std::shared_ptr<store> store = kv.lock()) store->mark_job_failed();
+  }
+
   // Reads what has arrived from s.
   void pull(int s) {
     inbound& in_s = in[static_cast<std::size_t>(s)];
@@ -260,6 +297,7 @@ struct shm_state {
     const std::size_t cap = theirs.ring_bytes();
     std::uint64_t tail = r.tail.load(std::memory_order_relaxed);
     const std::uint64_t head = r.head.load(std::memory_order_acquire);
+    check_ring(rank, s, head, tail, cap);
     const std::uint64_t first = tail;
     for (;;) {
       const std::size_t avail = static_cast<std::size_t>(head - tail);
@@ -267,6 +305,10 @@ struct shm_state {
         if (avail < header_bytes) break;
         std::uint64_t h[2];
         ring_read(data, cap, tail, h, header_bytes);
+        if (h[1] > max_message_bytes) {
+          corrupted("shm: the message from rank " + std::to_string(s) + " says it has " +
+                    std::to_string(h[1]) + " bytes, more than any message can: " + overwritten);
+        }
         tail += header_bytes;
         start_message(s, h[0], static_cast<std::size_t>(h[1]));
         if (in_s.bytes == 0) finish_message(s);
@@ -903,13 +945,7 @@ void shm_backend::abort(const std::string& reason) noexcept {
     s.aborted = true;
     s.abort_reason = reason;
   }
-  detail::shm::header& h = s.me();
-  const std::size_t n = std::min(reason.size(), sizeof h.reason - 1);
-  std::memcpy(h.reason, reason.data(), n);
-  h.reason[n] = '\0';
-  h.aborted.store(1, std::memory_order_release);
-  for (int q = 0; q < s.size; ++q) detail::shm::bump(s.of(q).head());
-  if (std::shared_ptr<store> kv = s.kv.lock()) kv->mark_job_failed();
+  s.publish_abort(reason);
 }
 
 // ---- collectives ----------------------------------------------------------------------------
