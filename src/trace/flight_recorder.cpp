@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -275,6 +274,10 @@ void name_next_recorder(std::string name) {
 }
 
 std::string dump_flight_records(const std::string& reason, const std::string& dir) {
+  // One dump at a time in a process (a failure and SIGUSR1 together): each then writes a whole
+  // file, the later one replacing the earlier.
+  static std::mutex one_at_a_time;
+  const std::lock_guard<std::mutex> lock(one_at_a_time);
   try {
     std::string where = dir;
     if (where.empty()) where = process_dump_dir();
@@ -309,20 +312,34 @@ std::string dump_flight_records(const std::string& reason, const std::string& di
 
     const std::string path = where + "/distcomm-flight." + std::to_string(job_rank) + "." +
                              std::to_string(::getpid()) + ".json";
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      f << j.dump(1) << '\n';
-      f.close();
-      if (!f) {
-        log(log_level::warn, "flight recorder: cannot write " + tmp +
-                                 " (DISTCOMM_DUMP_DIR): " + std::strerror(errno));
-        return {};
-      }
+    // A temporary name nobody can predict, made by this call (O_EXCL: never a file or link
+    // someone planted), then renamed over `path` (which replaces a link there, never follows it).
+    std::string tmp = path + ".XXXXXX";
+    const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+    if (fd < 0) {
+      log(log_level::warn, "flight recorder: cannot create a file in " + where +
+                               " (DISTCOMM_DUMP_DIR): " + std::strerror(errno));
+      return {};
+    }
+    const std::string text = j.dump(1) + "\n";
+    std::size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      written += static_cast<std::size_t>(n);
+    }
+    const int write_errno = errno;
+    if (::close(fd) != 0 || written < text.size()) {
+      log(log_level::warn, "flight recorder: cannot write " + tmp +
+                               " (DISTCOMM_DUMP_DIR): " + std::strerror(write_errno));
+      ::unlink(tmp.c_str());
+      return {};
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
       log(log_level::warn,
           "flight recorder: cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+      ::unlink(tmp.c_str());
       return {};
     }
     log(log_level::info, "flight recorder: wrote " + path + " (" + reason + ")");

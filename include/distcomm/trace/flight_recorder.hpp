@@ -117,7 +117,8 @@ class flight_recorder {
 std::string next_recorder_name();
 
 // Writes every live recorder of this process into `dir` (DISTCOMM_DUMP_DIR when empty) as
-// dir/distcomm-flight.<job rank>.<pid>.json, atomically (a temporary file renamed), with `reason`.
+// dir/distcomm-flight.<job rank>.<pid>.json, atomically (a temporary file of its own, made with
+// O_EXCL under a random name, renamed), one dump at a time in the process, with `reason`.
 // Returns the path written, or "" when there is no directory to write to or nothing to write.
 // Throws nothing: a dump that fails logs a warning.
 std::string dump_flight_records(const std::string& reason, const std::string& dir = {});

@@ -1,0 +1,107 @@
+// The flight recorder's dump file (trace/flight_recorder.hpp): written through a temporary file
+// of its own, so a link planted in the dump directory redirects nothing, and one dump at a time,
+// so dumps from several threads leave one whole file.
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "distcomm/trace/flight_recorder.hpp"
+
+namespace dt = distcomm::trace;
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A fresh directory, removed with what is in it.
+struct scratch_dir {
+  std::string path;
+  scratch_dir() {
+    char name[] = "/tmp/distcomm-test-dump.XXXXXX";
+    REQUIRE(::mkdtemp(name) != nullptr);
+    path = name;
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    if (DIR* d = ::opendir(path.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n != "." && n != "..") out.push_back(n);
+      }
+      ::closedir(d);
+    }
+    return out;
+  }
+  ~scratch_dir() {
+    for (const auto& n : names()) ::unlink((path + "/" + n).c_str());
+    ::rmdir(path.c_str());
+  }
+};
+
+std::shared_ptr<dt::flight_recorder> a_recorder() {
+  dt::flight_recorder::identity id;
+  id.name = "c0";
+  id.rank = 3;
+  id.backend = "local";
+  id.strategy = "ring";
+  return dt::flight_recorder::make(8, id);
+}
+
+}  // namespace
+
+TEST_CASE("flight recorder: a link planted where the dump goes redirects nothing") {
+  scratch_dir dir;
+  scratch_dir elsewhere;
+  const std::string victim = elsewhere.path + "/victim";
+  { std::ofstream(victim) << "precious\n"; }
+  auto rec = a_recorder();
+  const std::string path = dir.path + "/distcomm-flight.3." + std::to_string(::getpid()) + ".json";
+  // The names a dump could once be predicted to write through, and the dump's own.
+  REQUIRE(::symlink(victim.c_str(), (path + ".tmp").c_str()) == 0);
+  const std::string written = dt::dump_flight_records("test", dir.path);
+  CHECK(written == path);
+  CHECK(read_all(victim) == "precious\n");
+  struct stat st {};
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK((st.st_mode & 077) == 0);  // 0600: the records are this user's
+  CHECK(nlohmann::json::parse(read_all(path))["reason"] == "test");
+  // A link planted at the dump's own name is replaced, not followed.
+  ::unlink(path.c_str());
+  REQUIRE(::symlink(victim.c_str(), path.c_str()) == 0);
+  CHECK(dt::dump_flight_records("again", dir.path) == path);
+  CHECK(read_all(victim) == "precious\n");
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+}
+
+TEST_CASE("flight recorder: dumps from several threads at once leave one whole file") {
+  scratch_dir dir;
+  auto rec = a_recorder();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) dt::dump_flight_records("thread " + std::to_string(t), dir.path);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto names = dir.names();
+  REQUIRE(names.size() == 1);  // the dump, no temporary left behind
+  const auto j = nlohmann::json::parse(read_all(dir.path + "/" + names[0]));
+  CHECK(j["communicators"].size() >= 1);
+}
