@@ -1,7 +1,8 @@
 // Sub-communicators: split into odd and even ranks (keys reversing the order), a subset, nested
-// splits, split_by_node, ranks that join no group; collectives in flight on a parent and two
-// children at once; a child that fails (a departed rank) leaves its parent working; deterministic
-// mode in a child; subset lists that differ across ranks are a mismatch_error on every rank.
+// splits four levels deep (the levels above dropped first, siblings at once), split_by_node,
+// ranks that join no group; collectives in flight on a parent and two children at once; a child
+// that fails (a departed rank) leaves its parent working; deterministic mode in a child; subset
+// lists that differ across ranks are a mismatch_error on every rank.
 #pragma once
 
 #include <memory>
@@ -74,6 +75,42 @@ void groups(rank_context<B>& ctx) {
       CHECK(x == sum_of_ranks(p, [&](int r) { return r % 2 == me % 2; }) -
                      (same > 0 ? (me % 2 + 2 * (same - 1)) + 1.0 : 0.0));
     }
+  }
+
+  // Groups of groups, four levels, with two or more members wherever the job has them: every
+  // level owns what it needs, so the levels above it may go first, and siblings run collectives
+  // at the same time.
+  {
+    std::optional<dc::communicator<B>> l1 = comm.split(0, me);  // every rank
+    REQUIRE(l1);
+    std::optional<dc::communicator<B>> l2 = l1->split(0, -me);  // every rank, reversed
+    REQUIRE(l2);
+    CHECK(l2->rank() == p - 1 - me);
+    std::optional<dc::communicator<B>> l3 = l2->split(me % 2, me);  // by parity
+    std::optional<dc::communicator<B>> sibling = l2->split(me < 2 ? 0 : 1, me);
+    REQUIRE(l3);
+    REQUIRE(sibling);
+    l2.reset();
+    l1.reset();
+    const double parity_sum = sum_of_ranks(p, [&](int r) { return r % 2 == me % 2; });
+    const double sibling_sum = sum_of_ranks(p, [&](int r) { return (r < 2) == (me < 2); });
+    for (int round = 0; round < 3; ++round) {
+      std::vector<double> x(3000, me + 1.0), y(3000, me + 1.0);
+      dc::work wx = l3->iallreduce(dc::view(x.data(), x.size()));
+      dc::work wy = sibling->iallreduce(dc::view(y.data(), y.size()));
+      wy.wait();
+      wx.wait();
+      CHECK(x[2999] == parity_sum);
+      CHECK(y[0] == sibling_sum);
+    }
+    std::optional<dc::communicator<B>> l4 = sibling->split(0, -me);
+    REQUIRE(l4);
+    double z = me + 1.0;
+    l4->allreduce(dc::view(&z, 1));
+    CHECK(z == sibling_sum);
+    const int first = 0;
+    std::optional<dc::communicator<B>> l4_subset = l4->subset(dc::span<const int>(&first, 1));
+    CHECK(l4_subset.has_value() == (l4->rank() == 0));
   }
 
   // On one host every rank shares the node.

@@ -98,25 +98,12 @@ std::optional<gloo_backend> gloo_backend::split(const std::vector<int>& members,
   const int me = detail::position_in(members, rank_, gloo_backend::name);
   gloo_options o = state_->opts;
   o.prefix.clear();  // a fresh counter under the sub-group's keys
-  std::shared_ptr<store> kv = state_->kv.lock();
-  if (!kv && members.size() > 1) {
-    throw invalid_argument_error(
-        "gloo: split: the store this backend was made over is gone "
-        "(keep it, or the job of shared_bootstrap(), alive)");
-  }
-  return gloo_backend(
-      kv ? std::make_shared<prefix_store>(state_->prefix + "/split/" + name, kv) : nullptr, me,
-      static_cast<int>(members.size()), o);
+  return gloo_backend(std::make_shared<prefix_store>(state_->prefix + "/split/" + name, state_->kv),
+                      me, static_cast<int>(members.size()), o);
 }
 
 std::shared_ptr<store> gloo_backend::group_store() const {
-  std::shared_ptr<store> kv = state_->kv.lock();
-  if (!kv) {
-    throw invalid_argument_error(
-        "gloo: the store this backend was made over is gone (keep it, or the job of "
-        "shared_bootstrap(), alive)");
-  }
-  return std::make_shared<prefix_store>(state_->prefix + "/group/", kv);
+  return std::make_shared<prefix_store>(state_->prefix + "/group/", state_->kv);
 }
 
 gloo_backend::gloo_backend(const job& j, gloo_options opts)

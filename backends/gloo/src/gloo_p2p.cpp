@@ -314,7 +314,7 @@ void gloo_state::record_failure(const std::string& what) {
 }
 
 void gloo_state::mark_job_failed() noexcept {
-  if (const auto s = kv.lock()) s->mark_job_failed();
+  if (kv) kv->mark_job_failed();
 }
 
 void gloo_state::send_notices(const std::string& reason, const std::vector<int>& peers) {

@@ -201,9 +201,10 @@ struct gloo_state {
   std::atomic<bool> connections_closed{false};       // abort() closed every connection
   std::shared_ptr<exposed_context> context;
   std::shared_ptr<tcp::Context> transport;
-  // The job's store, told when this backend fails (abort, a failed wait) so that the rank hosting
-  // it does not keep serving a failed job at exit. Not owned: the store may go first.
-  std::weak_ptr<store> kv;
+  // The store this backend was made over, owned: split() and group_store() make the children's
+  // over it, whatever the caller keeps. Told when this backend fails (abort, a failed wait) so
+  // that the rank hosting the job's store does not keep serving a failed job at exit.
+  std::shared_ptr<store> kv;
   void mark_job_failed() noexcept;
 
   // ---- notices and failures ----

@@ -160,7 +160,7 @@ struct shm_state {
   std::vector<shm::process_watch> watch;
   std::deque<inbound> in;  // by peer (a deque: an inbound does not move)
   std::deque<outbound> out;
-  std::weak_ptr<store> kv;
+  std::shared_ptr<store> kv;  // owned: children are made over it (split, group_store)
   std::string prefix;
   shm_options opts;
   std::uint64_t generation = 0;  // collectives entered
@@ -285,7 +285,7 @@ struct shm_state {
     h.reason[n] = '\0';
     h.aborted.store(1, std::memory_order_release);
     for (int q = 0; q < size; ++q) shm::bump(of(q).head());
-    if (std::shared_ptr<store> store = kv.lock()) store->mark_job_failed();
+    if (kv) kv->mark_job_failed();
   }
 
   // Reads what has arrived from s.
@@ -1270,13 +1270,7 @@ void shm_backend::native_leave(const check::agreement& notice) noexcept {
 const std::string& shm_backend::copy_path() const { return state_->copy_path; }
 
 std::shared_ptr<store> shm_backend::group_store() const {
-  std::shared_ptr<store> kv = state_->kv.lock();
-  if (!kv) {
-    throw invalid_argument_error(
-        "shm: the store this backend was made over is gone (keep it, or the job of "
-        "shared_bootstrap(), alive)");
-  }
-  return std::make_shared<prefix_store>(state_->prefix + "/group/", kv);
+  return std::make_shared<prefix_store>(state_->prefix + "/group/", state_->kv);
 }
 
 std::optional<shm_backend> shm_backend::split(const std::vector<int>& members,
@@ -1285,15 +1279,8 @@ std::optional<shm_backend> shm_backend::split(const std::vector<int>& members,
   const int me = detail::position_in(members, rank_, shm_backend::name);
   shm_options o = state_->opts;
   o.prefix.clear();
-  std::shared_ptr<store> kv = state_->kv.lock();
-  if (!kv && members.size() > 1) {
-    throw invalid_argument_error(
-        "shm: split: the store this backend was made over is gone "
-        "(keep it, or the job of shared_bootstrap(), alive)");
-  }
-  return shm_backend(
-      kv ? std::make_shared<prefix_store>(state_->prefix + "/split/" + name, kv) : nullptr, me,
-      static_cast<int>(members.size()), o);
+  return shm_backend(std::make_shared<prefix_store>(state_->prefix + "/split/" + name, state_->kv),
+                     me, static_cast<int>(members.size()), o);
 }
 
 shm_backend shm_backend::connect(const config& cfg, const job* given) {
