@@ -207,40 +207,62 @@ std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s,
 void meet_every_rank(store& kv, const startup& s, const std::string& where, bool rank0_hosts) {
   const std::string name = "distcomm/bootstrap";
   const auto key_of = [&](int r) { return name + "/" + std::to_string(r); };
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(s.size));
-  for (int r = 0; r < s.size; ++r) keys.push_back(key_of(r));
+  const std::string done = name + "/done";
   std::vector<int> missing;
   const auto missing_text = [&] {
     return std::string(missing.size() == 1 ? "rank " : "ranks ") + rank_list(missing) + " (of " +
            std::to_string(s.size) + ")";
   };
+  // Which ranks have not arrived: one request naming every rank's key, made only when the wait
+  // ends without them (a job of 16,384 ranks makes three requests per rank otherwise).
+  const auto find_missing = [&] {
+    std::vector<std::string> keys;
+    keys.reserve(static_cast<std::size_t>(s.size));
+    for (int r = 0; r < s.size; ++r) keys.push_back(key_of(r));
+    missing.clear();
+    kv.set_timeout(std::chrono::duration<double>(0.001));
+    try {
+      kv.wait(keys);
+    } catch (const detail::missing_keys_error& e) {
+      for (const std::string& k : e.missing()) {
+        if (k.rfind(name + "/", 0) == 0) missing.push_back(std::stoi(k.substr(name.size() + 1)));
+      }
+      std::sort(missing.begin(), missing.end());
+    }
+  };
   try {
     kv.set_timeout(s.slice());
     kv.set(key_of(s.rank), detail::encode_counter(1));
+    if (kv.add(name + "/arrived", 1) == s.size) kv.set(done, detail::encode_counter(1));
     for (;;) {
       kv.set_timeout(s.slice());
       try {
-        kv.wait(keys);
+        kv.wait({done});
         return;
-      } catch (const detail::missing_keys_error& e) {
-        missing.clear();
-        for (const std::string& k : e.missing()) {
-          if (k.rfind(name + "/", 0) == 0) missing.push_back(std::stoi(k.substr(name.size() + 1)));
-        }
-        std::sort(missing.begin(), missing.end());
-        if (missing.empty()) return;  // all arrived just as the wait expired
+      } catch (const detail::missing_keys_error&) {
       }
       if (s.left().count() <= 0) {
+        find_missing();
+        if (missing.empty()) return;  // all arrived just as the wait expired
         throw timeout_error(s.who() + ": " + missing_text() + " never reached the store at " +
                             where + " within " + detail::format_seconds(s.timeout) +
                             " (DISTCOMM_TIMEOUT); " + (missing.size() == 1 ? "is it" : "are they") +
                             " running, with this job's MASTER_ADDR and MASTER_PORT?");
       }
-      log(log_level::warn, s.who() + ": waiting for " + missing_text() + " to reach the store at " +
-                               where + " (" +
-                               std::to_string(s.size - static_cast<int>(missing.size())) +
-                               " arrived); " + s.left_text());
+      // Rank 0 names the ranks still missing; the others say how many arrived (one request).
+      std::string waiting_for;
+      if (s.rank == 0) {
+        find_missing();
+        if (missing.empty()) continue;
+        waiting_for = missing_text() + " to reach the store at " + where + " (" +
+                      std::to_string(s.size - static_cast<int>(missing.size())) + " arrived)";
+      } else {
+        kv.set_timeout(s.slice());
+        waiting_for = "the other ranks to reach the store at " + where + " (" +
+                      std::to_string(kv.add(name + "/arrived", 0)) + " of " +
+                      std::to_string(s.size) + " arrived)";
+      }
+      log(log_level::warn, s.who() + ": waiting for " + waiting_for + "; " + s.left_text());
     }
   } catch (const peer_lost_error& e) {
     if (s.rank == 0 && rank0_hosts) throw;

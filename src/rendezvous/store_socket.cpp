@@ -21,7 +21,9 @@ namespace distcomm::detail {
 namespace {
 
 // The listen backlog: a whole job's ranks may connect at the same moment.
-constexpr int listen_backlog = 1024;
+// Connections the kernel queues for accept(): SOMAXCONN, which the kernel caps at
+// net.core.somaxconn (4096 by default since Linux 5.4). Thousands of ranks connect at once.
+constexpr int listen_backlog = SOMAXCONN;
 
 // Milliseconds left until the deadline, rounded up so a poll never returns just before it.
 int remaining_ms(io_clock::time_point deadline) {

@@ -33,6 +33,10 @@ namespace {
 // that started together do not knock in lockstep.
 constexpr std::chrono::milliseconds first_retry{10};
 constexpr std::chrono::milliseconds max_retry{1000};
+// How long a connection waits for the server's greeting before it is given up for a new one: a
+// connection the server's full accept queue dropped (thousands of ranks connecting at once) would
+// otherwise wait out the whole deadline. Grows by as much per attempt.
+constexpr std::chrono::seconds greeting_patience{3};
 // get/wait: the server answers `timeout` at the store's deadline; the client waits this much
 // longer for that answer before it concludes the server itself is stuck.
 constexpr std::chrono::milliseconds answer_grace{1000};
@@ -64,6 +68,13 @@ bool is_numeric_address(const std::string& host) {
          ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
+// The server is full (its limit on ranks, or on connections still in the handshake), or closed
+// the connection in the handshake without saying why (it made room for newer ones): the connect
+// loop tries again, with backoff, within its deadline.
+struct try_again : rendezvous_error {
+  using rendezvous_error::rendezvous_error;
+};
+
 }  // namespace
 
 bool same_job(const job_identity& a, const job_identity& b) noexcept {
@@ -84,7 +95,9 @@ struct tcp_store::impl {
   ~impl() { OPENSSL_cleanse(token.data(), token.size()); }
 
   void connect(io_clock::time_point deadline, std::chrono::duration<double> timeout);
-  void handshake(int s, io_clock::time_point deadline, std::chrono::duration<double> timeout);
+  // `patience`: how long to wait for the greeting before trying a new connection (try_again).
+  void handshake(int s, io_clock::time_point deadline, std::chrono::duration<double> timeout,
+                 std::chrono::seconds patience);
   // Sends r and returns the payload of an `ok` answer; throws for everything else.
   bytes call(const proto::request& r, std::chrono::duration<double> timeout, const char* who);
 
@@ -97,6 +110,7 @@ void tcp_store::impl::connect(io_clock::time_point deadline,
                               std::chrono::duration<double> timeout) {
   std::minstd_rand jitter(std::random_device{}());
   auto backoff = first_retry;
+  int attempts = 0;
   std::string why = "no attempt before the deadline";
   const auto start = io_clock::now();
   auto next_report = start + detail::progress_interval;
@@ -104,9 +118,15 @@ void tcp_store::impl::connect(io_clock::time_point deadline,
     std::string attempt;
     socket_fd s = detail::try_connect(host, port, deadline, attempt);
     if (s) {
-      handshake(s.get(), deadline, timeout);
-      fd = std::move(s);
-      return;
+      try {
+        ++attempts;
+        handshake(s.get(), deadline, timeout, attempts * greeting_patience);
+        fd = std::move(s);
+        return;
+      } catch (const try_again& e) {
+        attempt = e.what();
+        s.reset();
+      }
     }
     // "Connection refused" says more than the time-out of an attempt cut short by the deadline.
     if (why.rfind("no attempt", 0) == 0 || attempt != "connect timed out") why = attempt;
@@ -132,7 +152,8 @@ void tcp_store::impl::connect(io_clock::time_point deadline,
 }
 
 void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
-                                std::chrono::duration<double> timeout) {
+                                std::chrono::duration<double> timeout,
+                                std::chrono::seconds patience) {
   int err = 0;
   const auto check_io = [&](io_result r, const char* step) {
     if (r == io_result::timeout) {
@@ -141,14 +162,20 @@ void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
                           " (DISTCOMM_TIMEOUT)");
     }
     if (r == io_result::closed) {
-      throw rendezvous_error("tcp_store: the store at " + where +
-                             " closed the connection during the handshake (" + step + ")" +
-                             (err ? ": " + detail::errno_text(err) : std::string()));
+      throw try_again("the store closed the connection during the handshake (" + std::string(step) +
+                      ")" + (err ? ": " + detail::errno_text(err) : std::string()));
     }
   };
 
   std::uint8_t greeting_record[proto::greeting_head_bytes];
-  check_io(detail::recv_all(s, greeting_record, sizeof greeting_record, deadline, err), "greeting");
+  const auto greeting_by = std::min(deadline, io_clock::now() + patience);
+  const io_result greeted =
+      detail::recv_all(s, greeting_record, sizeof greeting_record, greeting_by, err);
+  if (greeted == io_result::timeout && greeting_by < deadline) {
+    throw try_again("no greeting from the store within " + std::to_string(patience.count()) +
+                    " s of connecting");
+  }
+  check_io(greeted, "greeting");
   proto::greeting g;
   if (!proto::decode_greeting_head(greeting_record, g)) {
     throw rendezvous_error("tcp_store: " + where +
@@ -156,9 +183,10 @@ void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
                            "the address and port");
   }
   if (g.status == proto::handshake_status::too_many_connections) {
-    throw rendezvous_error("tcp_store: the store at " + where +
-                           " refused the connection: it already serves as many connections as "
-                           "its limit allows (tcp_store_server max_connections)");
+    throw try_again(
+        "the store is full: it serves as many ranks as its limit allows "
+        "(tcp_store_server max_connections), or as many connections still in their "
+        "handshake");
   }
   if (g.version != proto::protocol_version) {
     throw rendezvous_error("tcp_store: the store at " + where + " speaks protocol version " +

@@ -1,13 +1,21 @@
-// tcp_store_server: one thread, one poll() over the listener, a wake-up pipe and every connection.
+// tcp_store_server: one thread, one epoll set over the listener, a wake-up pipe and every
+// connection; each round costs what is ready, not what is open (16,384 ranks and more).
 //
 // Each connection is a small state machine (greeting sent -> hello -> proof -> ready). Requests
 // are decoded by store_protocol's bounded decoder; a bad frame earns an error response and the end
 // of that connection only. get/wait on missing keys park a waiter (indexed by the keys it still
 // needs) and the thread moves on; a write that creates a key completes the waiters that were
-// waiting for it, and the poll timeout is the earliest waiter deadline, at which the waiter gets a
-// `timeout` response naming the keys still missing.
+// waiting for it, and the epoll timeout is the earliest deadline (a waiter's, at which it gets a
+// `timeout` response naming the keys still missing, or a handshake's).
+//
+// Limits: ranks that finished the handshake, up to max_connections (from the job's world size);
+// connections that have not, up to a small quota per source address and in all. Over a quota,
+// the oldest of those that has had a second to finish makes room, or the new one is refused with
+// "too many connections", which clients retry within their deadline: whoever holds sockets open
+// without a handshake cannot keep a job's ranks out.
 #include <fcntl.h>
-#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +25,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include <openssl/crypto.h>
 
@@ -42,12 +51,23 @@ constexpr std::chrono::seconds handshake_timeout{10};
 constexpr std::size_t read_chunk = 64 * 1024;
 // When accept() fails for lack of descriptors, the listener rests this long instead of spinning.
 constexpr std::chrono::milliseconds accept_pause{100};
+// Connections that have not finished the handshake: per source address, and in all. One that has
+// had this long may be closed to make room for a new one.
+constexpr std::size_t handshake_quota_per_address = 512;
+constexpr std::size_t handshake_quota = 4096;
+constexpr std::chrono::seconds handshake_grace{1};
+// epoll data of the two descriptors that are not connections (whose ids start above them).
+constexpr std::uint64_t wake_id = 0;
+constexpr std::uint64_t listener_id = 1;
 
 enum class phase { hello, proof, ready };
 
 struct connection {
   socket_fd fd;
+  std::uint64_t id = 0;
   std::string peer;
+  std::string address;         // the peer's address without its port: the handshake quota's key
+  std::uint32_t interest = 0;  // the epoll events asked for
   phase state = phase::hello;
   proto::nonce server_nonce{};
   proto::nonce client_nonce{};
@@ -84,6 +104,23 @@ std::string describe_other_job(const job_identity& client, const job_identity& s
   return out;
 }
 
+// Raises this process's soft limit on open descriptors towards `wanted` (at most the hard limit):
+// a store of 16,384 ranks holds as many sockets.
+void raise_descriptor_limit(std::size_t wanted) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= wanted) return;
+  const rlim_t target = std::min<rlim_t>(static_cast<rlim_t>(wanted), lim.rlim_max);
+  if (target > lim.rlim_cur) {
+    lim.rlim_cur = target;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (target < wanted) {
+    log(log_level::warn, "tcp_store server: this process may open " + std::to_string(target) +
+                             " descriptors (ulimit -Hn), fewer than the " + std::to_string(wanted) +
+                             " its connection limit may need");
+  }
+}
+
 }  // namespace
 
 struct tcp_store_server::impl {
@@ -91,23 +128,32 @@ struct tcp_store_server::impl {
   int port = 0;
   std::string token;
   job_identity job;
-  std::size_t max_connections = default_max_connections;
+  std::size_t max_connections = 0;
 
   socket_fd listener;
   socket_fd wake_read;
   socket_fd wake_write;
+  socket_fd epoll;
   std::atomic<bool> stopping{false};
   std::atomic<std::size_t> open_connections{0};
   std::thread thread;
 
   // Everything below belongs to the server thread.
   std::unordered_map<std::string, bytes> data;
-  std::map<std::uint64_t, connection> conns;
-  std::uint64_t next_conn = 1;
+  std::unordered_map<std::uint64_t, connection> conns;
+  std::uint64_t next_conn = listener_id + 1;
+  std::size_t ready_connections = 0;  // past the handshake
   std::map<std::uint64_t, waiter> waiters;
   std::uint64_t next_waiter = 1;
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_on;
+  std::set<std::pair<io_clock::time_point, std::uint64_t>> waiter_deadlines;
+  // Connections still in the handshake, by deadline (connection order), in all and per address.
+  std::set<std::pair<io_clock::time_point, std::uint64_t>> handshakes;
+  std::unordered_map<std::string, std::set<std::pair<io_clock::time_point, std::uint64_t>>>
+      handshakes_from;
+  std::vector<std::uint64_t> dead;  // marked this round, closed at its end
   io_clock::time_point listener_paused_until{};
+  bool listener_watched = true;
 
   ~impl() { OPENSSL_cleanse(token.data(), token.size()); }
 
@@ -128,6 +174,11 @@ struct tcp_store_server::impl {
   void send(connection& c, const bytes& b) { send(c, b.data(), b.size()); }
   void flush(connection& c);
   void refuse(connection& c, const std::string& why);
+  void mark_dead(connection& c);
+  void watch(connection& c);
+  void watch_listener(bool on);
+  void handshake_done(connection& c);
+  bool make_room(const std::string& address);
   void close_dead();
   int poll_timeout_ms(io_clock::time_point now) const;
 };
@@ -147,7 +198,12 @@ tcp_store_server::tcp_store_server(const std::string& host, int port, std::strin
   impl_->host = host;
   impl_->token = std::move(token);
   impl_->job = std::move(job);
-  impl_->max_connections = std::max<std::size_t>(max_connections, 1);
+  if (max_connections == automatic_max_connections) {
+    const auto w = static_cast<std::size_t>(std::max(impl_->job.world_size, 0));
+    max_connections = w > 0 ? w + w / 4 + 64 : unknown_job_max_connections;
+  }
+  impl_->max_connections = max_connections;
+  raise_descriptor_limit(max_connections + handshake_quota + 64);
   impl_->listener = detail::listen_on(host, port, impl_->port);
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -155,6 +211,19 @@ tcp_store_server::tcp_store_server(const std::string& host, int port, std::strin
   }
   impl_->wake_read = socket_fd(pipe_fds[0]);
   impl_->wake_write = socket_fd(pipe_fds[1]);
+  impl_->epoll = socket_fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!impl_->epoll) {
+    throw error("tcp_store: cannot create the server's epoll set: " + detail::errno_text(errno));
+  }
+  for (const auto& [fd, id] : {std::pair<int, std::uint64_t>{impl_->wake_read.get(), wake_id},
+                               {impl_->listener.get(), listener_id}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    if (::epoll_ctl(impl_->epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      throw error("tcp_store: cannot watch the server's sockets: " + detail::errno_text(errno));
+    }
+  }
   impl_->thread = std::thread([this] { impl_->run(); });
 }
 
@@ -174,73 +243,131 @@ std::size_t tcp_store_server::connections() const noexcept {
 const job_identity& tcp_store_server::job() const noexcept { return impl_->job; }
 
 void tcp_store_server::impl::run() {
-  std::vector<pollfd> fds;
-  std::vector<std::uint64_t> ids;
+  std::vector<epoll_event> events(1024);
   while (!stopping.load()) {
     const auto now = io_clock::now();
-    fds.clear();
-    ids.clear();
-    fds.push_back({wake_read.get(), POLLIN, 0});
-    const bool listening = now >= listener_paused_until;
-    if (listening) fds.push_back({listener.get(), POLLIN, 0});
-    const std::size_t first_conn = fds.size();
-    for (auto& [id, c] : conns) {
-      fds.push_back({c.fd.get(), static_cast<short>(c.writing() ? POLLOUT : POLLIN), 0});
-      ids.push_back(id);
-    }
-    const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
+    if (!listener_watched && now >= listener_paused_until) watch_listener(true);
+    const int r = ::epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()),
+                               poll_timeout_ms(now));
     if (r < 0 && errno != EINTR) {
-      log(log_level::error, "tcp_store server: poll failed: " + detail::errno_text(errno));
+      log(log_level::error, "tcp_store server: epoll_wait failed: " + detail::errno_text(errno));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
     if (stopping.load()) break;
-    if (r > 0) {
-      if (fds[0].revents) {
+    bool accept_now = false;
+    for (int i = 0; i < r; ++i) {
+      const std::uint64_t id = events[static_cast<std::size_t>(i)].data.u64;
+      if (id == wake_id) {
         char buf[64];
         while (::read(wake_read.get(), buf, sizeof buf) > 0) {
         }
+        continue;
       }
-      for (std::size_t i = first_conn; i < fds.size(); ++i) {
-        if (!fds[i].revents) continue;
-        const auto it = conns.find(ids[i - first_conn]);
-        if (it == conns.end() || it->second.dead) continue;
-        connection& c = it->second;
-        try {
-          if (c.writing()) {
-            flush(c);
-            // Done writing: requests that arrived meanwhile can be served now.
-            if (!c.writing() && !c.dead) process_input(c, it->first);
-          } else {
-            read_from(c, it->first);
-          }
-        } catch (const std::exception& e) {
-          // Nothing a client sends may stop the server: the connection pays, no one else.
-          log(log_level::warn,
-              "tcp_store server: closing the connection from " + c.peer + ": " + e.what());
-          c.dead = true;
+      if (id == listener_id) {
+        accept_now = true;
+        continue;
+      }
+      const auto it = conns.find(id);
+      if (it == conns.end() || it->second.dead) continue;
+      connection& c = it->second;
+      try {
+        if (c.writing()) {
+          flush(c);
+          // Done writing: requests that arrived meanwhile can be served now.
+          if (!c.writing() && !c.dead) process_input(c, id);
+        } else {
+          read_from(c, id);
         }
+      } catch (const std::exception& e) {
+        // Nothing a client sends may stop the server: the connection pays, no one else.
+        log(log_level::warn,
+            "tcp_store server: closing the connection from " + c.peer + ": " + e.what());
+        mark_dead(c);
       }
+      if (!c.dead) watch(c);
     }
     expire(io_clock::now());
     close_dead();
-    // After close_dead, so connections that just ended do not count against the limit.
-    if (r > 0 && listening && fds[1].revents) accept_all();
+    // After close_dead, so connections that just ended do not count against the limits.
+    if (accept_now) accept_all();
+    if (r == static_cast<int>(events.size())) events.resize(events.size() * 2);
   }
-  for (auto& [id, c] : conns) c.fd.reset();
   conns.clear();
 }
 
 int tcp_store_server::impl::poll_timeout_ms(io_clock::time_point now) const {
   // Wakes at least once a second: cheap, and bounds the damage of any missed wake-up.
   io_clock::time_point next = now + std::chrono::seconds(1);
-  for (const auto& [id, w] : waiters) next = std::min(next, w.deadline);
-  for (const auto& [id, c] : conns) {
-    if (c.state != phase::ready) next = std::min(next, c.handshake_deadline);
-  }
-  if (listener_paused_until > now) next = std::min(next, listener_paused_until);
+  if (!waiter_deadlines.empty()) next = std::min(next, waiter_deadlines.begin()->first);
+  if (!handshakes.empty()) next = std::min(next, handshakes.begin()->first);
+  if (!listener_watched) next = std::min(next, listener_paused_until);
   if (next <= now) return 0;
   return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(next - now).count());
+}
+
+void tcp_store_server::impl::watch_listener(bool on) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = listener_id;
+  ::epoll_ctl(epoll.get(), on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, listener.get(), &ev);
+  listener_watched = on;
+}
+
+// Asks epoll for what the connection waits for: room to write while an answer is out, else input.
+void tcp_store_server::impl::watch(connection& c) {
+  const std::uint32_t want = c.writing() ? EPOLLOUT : EPOLLIN;
+  if (c.interest == want) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = c.id;
+  const int op = c.interest == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+  if (::epoll_ctl(epoll.get(), op, c.fd.get(), &ev) != 0) {
+    log(log_level::warn, "tcp_store server: closing the connection from " + c.peer +
+                             ": cannot watch it: " + detail::errno_text(errno));
+    mark_dead(c);
+    return;
+  }
+  c.interest = want;
+}
+
+void tcp_store_server::impl::mark_dead(connection& c) {
+  if (c.dead) return;
+  c.dead = true;
+  dead.push_back(c.id);
+}
+
+void tcp_store_server::impl::handshake_done(connection& c) {
+  handshakes.erase({c.handshake_deadline, c.id});
+  const auto it = handshakes_from.find(c.address);
+  if (it != handshakes_from.end()) {
+    it->second.erase({c.handshake_deadline, c.id});
+    if (it->second.empty()) handshakes_from.erase(it);
+  }
+}
+
+// Room for one more connection in the handshake from `address`: true when its quota and the
+// total have room, or when the oldest there (from that address first) has had its grace and is
+// closed for it.
+bool tcp_store_server::impl::make_room(const std::string& address) {
+  const auto from = handshakes_from.find(address);
+  const std::size_t mine = from == handshakes_from.end() ? 0 : from->second.size();
+  if (mine < handshake_quota_per_address && handshakes.size() < handshake_quota) return true;
+  const auto& pool = mine >= handshake_quota_per_address ? from->second : handshakes;
+  const auto oldest = pool.begin();
+  // Deadlines are connection time + handshake_timeout: its age is what passed since then.
+  if (oldest == pool.end() ||
+      oldest->first - handshake_timeout + handshake_grace > io_clock::now()) {
+    return false;
+  }
+  const auto it = conns.find(oldest->second);
+  if (it == conns.end()) return false;
+  log(log_level::debug, "tcp_store server: closing the connection from " + it->second.peer +
+                            ": no handshake yet, and connections from " + it->second.address +
+                            " that have not finished theirs are at their limit");
+  handshake_done(it->second);
+  mark_dead(it->second);
+  return true;
 }
 
 void tcp_store_server::impl::accept_all() {
@@ -255,34 +382,43 @@ void tcp_store_server::impl::accept_all() {
         log(log_level::warn, "tcp_store server: cannot accept connections: " +
                                  detail::errno_text(errno) + " (raise `ulimit -n`?)");
         listener_paused_until = io_clock::now() + accept_pause;
+        watch_listener(false);
       }
       return;  // EAGAIN: no more pending connections
     }
     const std::string peer = detail::peer_name(reinterpret_cast<sockaddr*>(&addr), len);
+    const std::string address = peer.substr(0, peer.rfind(':'));
     proto::greeting g;
     g.auth = !token.empty();
     g.job = job;
-    if (conns.size() >= max_connections) {
+    const bool full = ready_connections >= max_connections;
+    if (full || !make_room(address)) {
       // The client reads the greeting before it writes anything, so closing right away cannot
-      // reset the connection before the refusal arrives.
+      // reset the connection before the refusal arrives. It retries within its deadline.
       g.status = proto::handshake_status::too_many_connections;
       const auto record = proto::encode_greeting(g);
       [[maybe_unused]] const ssize_t n =
           ::send(fd.get(), record.data(), record.size(), MSG_NOSIGNAL);
-      log(log_level::warn, "tcp_store server: refused a connection from " + peer +
-                               ": already serving " + std::to_string(conns.size()) +
-                               " connections (the limit)");
+      log(log_level::debug,
+          "tcp_store server: refused a connection from " + peer + ": " +
+              (full ? "already serving " + std::to_string(ready_connections) + " ranks (the limit)"
+                    : std::string("too many connections without a handshake")));
       continue;
     }
     const std::uint64_t id = next_conn++;
     connection& c = conns[id];
     c.fd = std::move(fd);
+    c.id = id;
     c.peer = peer;
+    c.address = address;
     c.handshake_deadline = io_clock::now() + handshake_timeout;
+    handshakes.insert({c.handshake_deadline, id});
+    handshakes_from[address].insert({c.handshake_deadline, id});
     c.server_nonce = proto::random_nonce();
     g.server_nonce = c.server_nonce;
     open_connections.store(conns.size());
     send(c, proto::encode_greeting(g));
+    if (!c.dead) watch(c);
   }
 }
 
@@ -299,7 +435,7 @@ void tcp_store_server::impl::read_from(connection& c, std::uint64_t id) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     // Orderly close or reset: a client that is done, or one that died. Either way its waiters go.
-    c.dead = true;
+    mark_dead(c);
     return;
   }
 }
@@ -313,7 +449,7 @@ void tcp_store_server::impl::process_input(connection& c, std::uint64_t id) {
       if (res.status == proto::decode_status::malformed) {
         log(log_level::warn,
             "tcp_store server: closing the connection from " + c.peer + ": " + res.error);
-        c.dead = true;
+        mark_dead(c);
         return;
       }
       // A client of another version hears so, whatever it sent after its head.
@@ -351,9 +487,9 @@ void tcp_store_server::impl::refuse(connection& c, const std::string& why) {
     send(c, proto::encode_response(proto::response_status::error,
                                    "the store server closed this connection: " + why));
     c.close_when_flushed = true;
-    if (!c.writing()) c.dead = true;
+    if (!c.writing()) mark_dead(c);
   } else {
-    c.dead = true;
+    mark_dead(c);
   }
   c.in.clear();
 }
@@ -406,6 +542,8 @@ void tcp_store_server::impl::on_proof(connection& c) {
     c.close_when_flushed = true;
   } else {
     c.state = phase::ready;
+    handshake_done(c);
+    ++ready_connections;
   }
   send(c, &verdict, 1);
 }
@@ -486,6 +624,7 @@ void tcp_store_server::impl::park(connection& c, std::uint64_t id, proto::comman
   }
   w.missing = distinct.size();
   w.keys = std::move(keys);
+  waiter_deadlines.insert({w.deadline, wid});
   waiters.emplace(wid, std::move(w));
   c.waiter = wid;
 }
@@ -510,6 +649,13 @@ void tcp_store_server::impl::finish_waiter(std::uint64_t wid, bool timed_out) {
   if (ci == conns.end() || ci->second.dead) return;
   connection& c = ci->second;
   c.waiter = 0;
+  const struct rewatch {
+    impl& s;
+    connection& c;
+    ~rewatch() {
+      if (!c.dead) s.watch(c);  // the answer may wait for room to write
+    }
+  } after{*this, c};
   if (timed_out) {
     std::vector<std::string> missing;
     for (const auto& k : w.keys) {
@@ -534,22 +680,30 @@ void tcp_store_server::impl::drop_waiter(std::uint64_t wid) {
     v.erase(std::remove(v.begin(), v.end(), wid), v.end());
     if (v.empty()) waiting_on.erase(list);
   }
+  waiter_deadlines.erase({it->second.deadline, wid});
   waiters.erase(it);
 }
 
 void tcp_store_server::impl::expire(io_clock::time_point now) {
-  std::vector<std::uint64_t> due;
-  for (const auto& [wid, w] : waiters) {
-    if (w.deadline <= now) due.push_back(wid);
-  }
-  for (const auto wid : due) finish_waiter(wid, true);
-  for (auto& [id, c] : conns) {
-    if (c.state != phase::ready && !c.dead && c.handshake_deadline <= now) {
-      log(log_level::warn, "tcp_store server: closing the connection from " + c.peer +
-                               ": no handshake within " +
-                               std::to_string(handshake_timeout.count()) + " s");
-      c.dead = true;
+  while (!waiter_deadlines.empty() && waiter_deadlines.begin()->first <= now) {
+    const std::uint64_t wid = waiter_deadlines.begin()->second;
+    if (waiters.count(wid) == 0) {
+      waiter_deadlines.erase(waiter_deadlines.begin());
+      continue;
     }
+    finish_waiter(wid, true);  // drops the deadline with the waiter
+  }
+  while (!handshakes.empty() && handshakes.begin()->first <= now) {
+    const auto it = conns.find(handshakes.begin()->second);
+    if (it == conns.end()) {
+      handshakes.erase(handshakes.begin());
+      continue;
+    }
+    log(log_level::warn, "tcp_store server: closing the connection from " + it->second.peer +
+                             ": no handshake within " + std::to_string(handshake_timeout.count()) +
+                             " s");
+    handshake_done(it->second);
+    mark_dead(it->second);
   }
 }
 
@@ -572,23 +726,28 @@ void tcp_store_server::impl::flush(connection& c) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    c.dead = true;  // the peer is gone
+    mark_dead(c);  // the peer is gone
     return;
   }
   c.out.clear();
   c.out_pos = 0;
-  if (c.close_when_flushed) c.dead = true;
+  if (c.close_when_flushed) mark_dead(c);
 }
 
 void tcp_store_server::impl::close_dead() {
-  for (auto it = conns.begin(); it != conns.end();) {
-    if (!it->second.dead) {
-      ++it;
-      continue;
+  for (const std::uint64_t id : dead) {
+    const auto it = conns.find(id);
+    if (it == conns.end()) continue;
+    connection& c = it->second;
+    if (c.waiter) drop_waiter(c.waiter);
+    if (c.state == phase::ready) {
+      --ready_connections;
+    } else {
+      handshake_done(c);
     }
-    if (it->second.waiter) drop_waiter(it->second.waiter);
-    it = conns.erase(it);  // closes the socket
+    conns.erase(it);  // closes the socket, which leaves the epoll set
   }
+  dead.clear();
   open_connections.store(conns.size());
 }
 

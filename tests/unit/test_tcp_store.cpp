@@ -355,21 +355,40 @@ TEST_CASE("tcp_store: a port in use is an error naming address and port") {
                    port + "; choose another MASTER_PORT (or DISTCOMM_MASTER_PORT)");
 }
 
-TEST_CASE("tcp_store: connections beyond the limit are refused with a clear error") {
+TEST_CASE("tcp_store: a client of a full store tries again within its deadline") {
   tcp_store_server server("127.0.0.1", 0, "", 2);
-  stderr_capture log;
   auto a = std::make_unique<tcp_store>("127.0.0.1", server.port(), seconds(1.0));
   tcp_store c2("127.0.0.1", server.port(), seconds(1.0));
+  // Full until its deadline: a timeout naming the reason.
+  const auto t0 = std::chrono::steady_clock::now();
   const std::string msg =
-      error_of<rendezvous_error>([&] { tcp_store("127.0.0.1", server.port(), seconds(1.0)); });
-  CHECK_HAS(msg, "refused the connection");
+      error_of<timeout_error>([&] { tcp_store("127.0.0.1", server.port(), seconds(0.5)); });
+  CHECK(since(t0) >= 0.45);
+  CHECK_HAS(msg, "could not connect to the store at 127.0.0.1:");
+  CHECK_HAS(msg, "the store is full");
   CHECK_HAS(msg, "max_connections");
-  CHECK(log.saw("refused a connection from 127.0.0.1:"));
-  a.reset();
-  for (int i = 0; i < 100 && server.connections() >= 2; ++i) std::this_thread::sleep_for(10ms);
-  tcp_store again("127.0.0.1", server.port(), seconds(1.0));
-  again.set("ok", b("1"));
+  // A place freed before its deadline: it gets in.
+  std::thread leave([&] {
+    std::this_thread::sleep_for(300ms);
+    a.reset();
+  });
+  tcp_store late("127.0.0.1", server.port(), seconds(5.0));
+  leave.join();
+  late.set("ok", b("1"));
   CHECK(str(c2.get("ok")) == "1");
+}
+
+TEST_CASE("tcp_store: the limit follows the job's world size") {
+  // 3 ranks: 3 + 0 + 64 places; a 68th client waits for one.
+  tcp_store_server server("127.0.0.1", 0, "", job_identity{3, "j"});
+  std::vector<std::unique_ptr<tcp_store>> clients;
+  for (int i = 0; i < 67; ++i) {
+    clients.push_back(std::make_unique<tcp_store>("127.0.0.1", server.port(), seconds(2.0), "",
+                                                  job_identity{3, "j"}));
+  }
+  CHECK(server.connections() == 67);
+  CHECK_THROWS_AS(tcp_store("127.0.0.1", server.port(), seconds(0.3), "", job_identity{3, "j"}),
+                  timeout_error);
 }
 
 TEST_CASE("tcp_store: authentication") {
@@ -993,7 +1012,10 @@ TEST_CASE("bootstrap: a missing rank or an unresolvable master fails within one 
                 where +
                 " (2 arrived); 1 s left of start-up "
                 "(DISTCOMM_TIMEOUT=6 s)");
-  CHECK_HAS(text, "rendezvous: rank 1 of 3: waiting for rank 2 (of 3)");
+  // The other ranks say how many arrived (rank 0 names the missing: one request per rank
+  // otherwise, at any size).
+  CHECK_HAS(text, "rendezvous: rank 1 of 3: waiting for the other ranks to reach the store at " +
+                      where + " (2 of 3 arrived)");
   // The master that does not resolve: said while trying, and the same single deadline.
   CHECK_HAS(text, "tcp_store: no store at nonexistent.invalid:");
   CHECK_HAS(text, "(last error: cannot resolve 'nonexistent.invalid'");
@@ -1035,6 +1057,6 @@ TEST_CASE("bootstrap: waiting for the store and then for a rank share one deadli
   CHECK_HAS(r1.error, "rank 1 of 3: rank 2 (of 3) never reached the store");
   CHECK(r1.finished >= timeout - 0.1);
   CHECK(r1.finished < timeout + 1.5);  // 12 s when each step had its own timeout
-  CHECK_HAS(log.text(), "rendezvous: rank 1 of 3: waiting for rank 2 (of 3) to reach the store");
+  CHECK_HAS(log.text(), "rendezvous: rank 1 of 3: waiting for the other ranks to reach the store");
   CHECK_HAS(r0.error, "rank 0 of 3: rank 2 (of 3) never reached the store");
 }

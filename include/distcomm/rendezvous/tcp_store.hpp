@@ -30,13 +30,18 @@ struct job_identity {
 // False when a and b say different world sizes or different ids.
 bool same_job(const job_identity& a, const job_identity& b) noexcept;
 
-// The server: listens on host:port and serves on a thread of its own (poll over every
+// The server: listens on host:port and serves on a thread of its own (epoll over every
 // connection; waits are parked and answered when their keys arrive, never blocking the thread).
 // A malformed, truncated or oversized message closes that connection only. Stops in the destructor.
 class tcp_store_server {
  public:
-  // Connections beyond the limit are refused with an error the client reports.
-  static constexpr std::size_t default_max_connections = 1024;
+  // The limit on connections that finished the handshake, past which a new one is refused (the
+  // client retries within its deadline). Automatic: the job's world size + a quarter + 64, or
+  // unknown_job_max_connections for a server that does not know its job. Connections still in
+  // the handshake have a quota of their own, per source address (tcp_store_server.cpp).
+  static constexpr std::size_t automatic_max_connections = 0;
+  static constexpr std::size_t unknown_job_max_connections = 32768;
+  static constexpr std::size_t default_max_connections = automatic_max_connections;
 
   // host: a numeric address to listen on ("127.0.0.1", "::1"), "" or "0.0.0.0" / "::" for every
   // interface, or a name (resolved, first address that binds). port 0 picks a free port.

@@ -1,0 +1,143 @@
+// distcomm-test-store-scale: the start-up of a large job's store, with ranks as threads of a few
+// processes on loopback. The parent hosts a tcp_store_server for the job (its world size and a
+// token); optionally holds --flood sockets open to it without a handshake, from the ranks' own
+// address, before any rank starts; then forks --procs processes, which run the ranks as threads.
+// Each rank connects (with the token), sets its key, meets the others in a store_barrier, reads
+// its two ring neighbours' keys (what a backend's connection exchange does) and meets them once
+// more. Prints
+//   store scale: N ranks in K processes (F sockets without a handshake held open): S s
+// and exits 0 when every rank did all of it, 1 otherwise (each failure printed).
+//
+//   distcomm-test-store-scale --ranks 4096 --procs 4 [--flood 2000] [--timeout 120]
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "distcomm/core/error.hpp"
+#include "distcomm/rendezvous/store.hpp"
+#include "distcomm/rendezvous/tcp_store.hpp"
+
+namespace dc = distcomm;
+
+namespace {
+
+std::string text(const dc::bytes& b) { return std::string(b.begin(), b.end()); }
+dc::bytes bytes_of(const std::string& s) { return dc::bytes(s.begin(), s.end()); }
+
+// One rank: connect, publish, meet, read the neighbours, meet again. "" on success.
+std::string run_rank(int port, int rank, int size, double timeout, const std::string& token) {
+  try {
+    dc::tcp_store kv("127.0.0.1", port, std::chrono::duration<double>(timeout), token,
+                     dc::job_identity{size, "scale"});
+    kv.set("addr/" + std::to_string(rank), bytes_of("rank " + std::to_string(rank)));
+    dc::store_barrier(kv, "published", rank, size);
+    for (const int peer : {(rank + 1) % size, (rank + size - 1) % size}) {
+      const std::string got = text(kv.get("addr/" + std::to_string(peer)));
+      if (got != "rank " + std::to_string(peer)) {
+        return "rank " + std::to_string(rank) + " read '" + got + "' for rank " +
+               std::to_string(peer);
+      }
+    }
+    dc::store_barrier(kv, "connected", rank, size);
+    return {};
+  } catch (const std::exception& e) {
+    return "rank " + std::to_string(rank) + ": " + e.what();
+  }
+}
+
+// Ranks first .. first + count - 1 as threads; the number that failed.
+int run_ranks(int port, int first, int count, int size, double timeout, const std::string& token) {
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(count));
+  for (int r = first; r < first + count; ++r) {
+    threads.emplace_back([&, r] {
+      const std::string e = run_rank(port, r, size, timeout, token);
+      if (!e.empty()) {
+        ++failed;
+        std::fprintf(stderr, "store scale: %s\n", e.c_str());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failed.load();
+}
+
+// A socket connected to 127.0.0.1:port that never says anything.
+int silent_socket(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The start-up of a large job's store, ranks as threads"};
+  int ranks = 4096;
+  int procs = 4;
+  int flood = 0;
+  double timeout = 120;
+  app.add_option("--ranks", ranks, "world size")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--procs", procs, "processes running the ranks")->check(CLI::Range(1, 256));
+  app.add_option("--flood", flood, "sockets held open without a handshake")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--timeout", timeout, "every rank's deadline, seconds");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::string token = "store-scale-token-0123456789abcdef";
+  dc::tcp_store_server server("127.0.0.1", 0, token, dc::job_identity{ranks, "scale"});
+  std::vector<int> silent;
+  for (int i = 0; i < flood; ++i) {
+    const int fd = silent_socket(server.port());
+    if (fd >= 0) silent.push_back(fd);
+  }
+  // The flood is in before the first rank: wait until the server has taken what it takes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(flood > 0 ? 1500 : 0));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> children;
+  for (int k = 0; k < procs; ++k) {
+    const int first = static_cast<int>(static_cast<long>(ranks) * k / procs);
+    const int last = static_cast<int>(static_cast<long>(ranks) * (k + 1) / procs);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      for (const int fd : silent) ::close(fd);
+      std::fflush(nullptr);
+      ::_exit(run_ranks(server.port(), first, last - first, ranks, timeout, token) == 0 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (const pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const int fd : silent) ::close(fd);
+  std::printf(
+      "store scale: %d ranks in %d processes (%d sockets without a handshake held open): %.2f s\n",
+      ranks, procs, static_cast<int>(silent.size()), seconds);
+  if (failed != 0) std::printf("store scale: %d of %d processes failed\n", failed, procs);
+  return failed == 0 ? 0 : 1;
+}
