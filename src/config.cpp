@@ -28,14 +28,19 @@ std::string quote(const char* name, const std::string& value) {
   return std::string(name) + "='" + value + "'";
 }
 
+// The longest time a setting may give: 10^7 s (116 days). Far beyond any job's wait, and far
+// from where a deadline (now + the time, in the clock's nanoseconds) would overflow.
+constexpr double max_seconds = 1e7;
+
 double parse_seconds(const char* name, const std::string& v) {
   errno = 0;
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);
   if (v.empty() || end == v.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d) ||
-      d <= 0) {
+      d <= 0 || d > max_seconds) {
     throw invalid_argument_error(quote(name, v) +
-                                 " is not a positive number of seconds (e.g. 30 or 2.5)");
+                                 " is not a positive number of seconds up to 10000000 (e.g. 30 "
+                                 "or 2.5)");
   }
   return d;
 }

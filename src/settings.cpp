@@ -17,7 +17,8 @@ namespace {
 // Every variable DistComm reads. Keep in step with the README settings table (a test checks it).
 const std::vector<setting_info> setting_rows = {
     {"DISTCOMM_TIMEOUT", "300",
-     "Seconds any collective may wait for a peer before failing with timeout_error."},
+     "Seconds (more than 0, at most 10000000) any collective may wait for a peer before failing "
+     "with timeout_error."},
     {"DISTCOMM_FUSION_THRESHOLD", "64M",
      "Tensor Fusion buffer size in bytes (K/M/G suffixes); 0 disables fusion."},
     {"DISTCOMM_FUSION_CUTOFF", "1M (gloo: 4M, shm: 64K)",

@@ -1,7 +1,8 @@
 // distcomm-test-store-scale: the start-up of a large job's store, with ranks as threads of a few
 // processes on loopback. The parent hosts a tcp_store_server for the job (its world size and a
 // token); optionally holds --flood sockets open to it without a handshake, from the ranks' own
-// address, before any rank starts; then forks --procs processes, which run the ranks as threads.
+// address, before any rank starts; then starts --procs processes (itself again), which run the
+// ranks as threads.
 // Each rank connects (with the token), sets its key, meets the others in a store_barrier, reads
 // its two ring neighbours' keys (what a backend's connection exchange does) and meets them once
 // more. Prints
@@ -10,6 +11,7 @@
 //
 //   distcomm-test-store-scale --ranks 4096 --procs 4 [--flood 2000] [--timeout 120]
 #include <netinet/in.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,9 +103,18 @@ int main(int argc, char** argv) {
   app.add_option("--flood", flood, "sockets held open without a handshake")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--timeout", timeout, "every rank's deadline, seconds");
+  // A process of ranks, started by the parent (exec'd: a fork of the parent, whose server thread
+  // may hold a lock, could not use it).
+  int port = 0;
+  int first = 0;
+  int count = 0;
+  app.add_option("--port", port, "(internal) the store to connect to: run ranks only");
+  app.add_option("--first", first, "(internal) the first rank to run");
+  app.add_option("--count", count, "(internal) how many ranks to run");
   CLI11_PARSE(app, argc, argv);
-
   const std::string token = "store-scale-token-0123456789abcdef";
+  if (port != 0) return run_ranks(port, first, count, ranks, timeout, token) == 0 ? 0 : 1;
+
   dc::tcp_store_server server("127.0.0.1", 0, token, dc::job_identity{ranks, "scale"});
   std::vector<int> silent;
   for (int i = 0; i < flood; ++i) {
@@ -116,13 +127,19 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<pid_t> children;
   for (int k = 0; k < procs; ++k) {
-    const int first = static_cast<int>(static_cast<long>(ranks) * k / procs);
-    const int last = static_cast<int>(static_cast<long>(ranks) * (k + 1) / procs);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      for (const int fd : silent) ::close(fd);
-      std::fflush(nullptr);
-      ::_exit(run_ranks(server.port(), first, last - first, ranks, timeout, token) == 0 ? 0 : 1);
+    const int from = static_cast<int>(static_cast<long>(ranks) * k / procs);
+    const int to = static_cast<int>(static_cast<long>(ranks) * (k + 1) / procs);
+    std::vector<std::string> args = {
+        "/proc/self/exe",        "--ranks", std::to_string(ranks),         "--timeout",
+        std::to_string(timeout), "--port",  std::to_string(server.port()), "--first",
+        std::to_string(from),    "--count", std::to_string(to - from)};
+    std::vector<char*> argv_child;
+    for (auto& a : args) argv_child.push_back(a.data());
+    argv_child.push_back(nullptr);
+    pid_t pid = 0;
+    if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv_child.data(), environ) != 0) {
+      std::fprintf(stderr, "store scale: cannot start a process of ranks\n");
+      return 1;
     }
     children.push_back(pid);
   }

@@ -182,6 +182,10 @@ TEST_CASE("config: a garbage value raises invalid_argument_error naming variable
       {"DISTCOMM_TIMEOUT", "inf"},
       {"DISTCOMM_TIMEOUT", "nan"},
       {"DISTCOMM_TIMEOUT", "1e999"},
+      {"DISTCOMM_TIMEOUT", "1e300"},  // finite, but past what a deadline can hold
+      {"DISTCOMM_STALL_WARNING", "1e300"},
+      {"DISTCOMM_CYCLE_TIME", "1e300"},
+      {"DISTCOMM_FLIGHT_RECORDER", "1000001"},
       {"DISTCOMM_FUSION_THRESHOLD", "lots"},
       {"DISTCOMM_FUSION_THRESHOLD", "-1"},
       {"DISTCOMM_FUSION_THRESHOLD", "64Q"},
