@@ -3,7 +3,9 @@
 (build/bin/distcomm-test-store-scale) beside PyTorch's TCPStore (torch 1.13) doing the same
 requests in the same run, each rank a thread of 4 processes on loopback: connect, set its key, a
 barrier (its key, a count, the last arrival's done key), read its two ring neighbours' keys, a
-second barrier. Sizes interleaved, --rounds times; prints the median seconds of each.
+second barrier. Sizes interleaved, --rounds times; prints the median seconds of each. DistComm's
+time includes starting its rank processes (milliseconds); TCPStore's starts once its rank
+processes have imported torch.
 
   bench/store_startup.py [--ranks 64 256 1024 4096 16384] [--rounds 3] [--procs 4]
 """
@@ -11,6 +13,7 @@ import argparse
 import datetime
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,36 +53,68 @@ def torch_rank(port, rank, size, timeout, failures):
         failures.append(f"rank {rank}: {e}")
 
 
-def torch_child(port, first, last, size, timeout):
+def torch_ranks(port, first, count, size, timeout):
+    """A process of ranks (started by tcpstore(), by exec: a fork of a process whose server
+    thread holds a lock could hang)."""
+    import torch.distributed  # noqa: F401  (before the clock starts: see torch_server)
+    print("ready", flush=True)
+    sys.stdin.readline()
     failures = []
     threading.stack_size(256 * 1024)
     threads = [threading.Thread(target=torch_rank, args=(port, r, size, timeout, failures))
-               for r in range(first, last)]
+               for r in range(first, first + count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     for f in failures[:3]:
         print(f, file=sys.stderr)
-    os._exit(1 if failures else 0)
+    return 1 if failures else 0
 
 
-def tcpstore(ranks, procs, timeout):
+def torch_server(ranks, procs, timeout):
+    """The TCPStore server and its rank processes; prints the seconds they took."""
     import torch.distributed as dist
     server = dist.TCPStore("127.0.0.1", 0, ranks, True, datetime.timedelta(seconds=timeout),
                            wait_for_workers=False)
-    start = time.monotonic()
-    pids = []
+    children = []
     for k in range(procs):
         first, last = ranks * k // procs, ranks * (k + 1) // procs
-        pid = os.fork()
-        if pid == 0:
-            torch_child(server.port, first, last, ranks, timeout)
-        pids.append(pid)
-    ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
-    seconds = time.monotonic() - start
-    del server
-    return seconds if ok else None
+        children.append(subprocess.Popen(
+            [sys.executable, __file__, "--tcpstore-ranks", str(server.port), str(first),
+             str(last - first), str(ranks), "--timeout", str(timeout)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    # The clock starts once every process has imported torch (seconds of Python start-up that
+    # are not the store's), as DistComm's probe starts its processes in milliseconds.
+    for c in children:
+        c.stdout.readline()
+    start = time.monotonic()
+    for c in children:
+        c.stdin.write("go\n")
+        c.stdin.flush()
+    ok = all(c.wait() == 0 for c in children)
+    print(f"seconds {time.monotonic() - start:.3f}" if ok else "failed", flush=True)
+    os._exit(0)
+
+
+def tcpstore(ranks, procs, timeout):
+    # A session of its own: whatever is left of it when the server fails (its rank processes
+    # retrying) is killed before the next measurement.
+    server = subprocess.Popen([sys.executable, __file__, "--tcpstore-server", str(ranks),
+                               "--procs", str(procs), "--timeout", str(timeout)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True)
+    try:
+        out, _ = server.communicate(timeout=timeout + 60)
+    except subprocess.TimeoutExpired:
+        out = ""
+    try:
+        os.killpg(server.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    server.wait()
+    m = re.search(r"seconds ([0-9.]+)", out)
+    return float(m.group(1)) if m else None
 
 
 def main():
@@ -88,7 +123,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--tcpstore-server", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tcpstore-ranks", type=int, nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.tcpstore_server:
+        return torch_server(a.tcpstore_server, a.procs, a.timeout)
+    if a.tcpstore_ranks:
+        return torch_ranks(*a.tcpstore_ranks, a.timeout)
     got = {(n, who): [] for n in a.ranks for who in ("distcomm", "tcpstore")}
     for r in range(a.rounds):
         for n in a.ranks:
@@ -111,4 +152,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
