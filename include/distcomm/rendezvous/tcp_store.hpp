@@ -70,7 +70,8 @@ class tcp_store_server {
 };
 
 // The client. Connects in the constructor, retrying with exponential backoff until the timeout
-// passes (the server may start after its clients); every call has a deadline (the store's
+// passes (the server may start after its clients, be full, or not greet a connection its accept
+// queue dropped); every call has a deadline (the store's
 // timeout) and never blocks without one. Calls from several threads are serialised; give each
 // thread its own client when they wait concurrently. After a lost connection or an expired
 // deadline the next call reconnects. While it cannot connect it logs at warn level every few
