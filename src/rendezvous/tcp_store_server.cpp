@@ -172,7 +172,9 @@ struct tcp_store_server::impl {
   void expire(io_clock::time_point now);
   void send(connection& c, const std::uint8_t* data, std::size_t size);
   void send(connection& c, const bytes& b) { send(c, b.data(), b.size()); }
+  // Writes what it can of c's answer, then asks epoll for what c waits for next.
   void flush(connection& c);
+  void write_out(connection& c);
   void refuse(connection& c, const std::string& why);
   void mark_dead(connection& c);
   void watch(connection& c);
@@ -285,7 +287,6 @@ void tcp_store_server::impl::run() {
             "tcp_store server: closing the connection from " + c.peer + ": " + e.what());
         mark_dead(c);
       }
-      if (!c.dead) watch(c);
     }
     expire(io_clock::now());
     close_dead();
@@ -418,7 +419,6 @@ void tcp_store_server::impl::accept_all() {
     g.server_nonce = c.server_nonce;
     open_connections.store(conns.size());
     send(c, proto::encode_greeting(g));
-    if (!c.dead) watch(c);
   }
 }
 
@@ -649,13 +649,6 @@ void tcp_store_server::impl::finish_waiter(std::uint64_t wid, bool timed_out) {
   if (ci == conns.end() || ci->second.dead) return;
   connection& c = ci->second;
   c.waiter = 0;
-  const struct rewatch {
-    impl& s;
-    connection& c;
-    ~rewatch() {
-      if (!c.dead) s.watch(c);  // the answer may wait for room to write
-    }
-  } after{*this, c};
   if (timed_out) {
     std::vector<std::string> missing;
     for (const auto& k : w.keys) {
@@ -717,6 +710,11 @@ void tcp_store_server::impl::send(connection& c, const std::uint8_t* data, std::
 }
 
 void tcp_store_server::impl::flush(connection& c) {
+  write_out(c);
+  if (!c.dead) watch(c);  // output left: wait for room to write; none: for input
+}
+
+void tcp_store_server::impl::write_out(connection& c) {
   while (c.writing()) {
     const ssize_t n =
         ::send(c.fd.get(), c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
