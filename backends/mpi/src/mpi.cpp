@@ -22,6 +22,28 @@ namespace distcomm {
 namespace detail {
 
 std::atomic<bool> mpi_process_failed{false};
+std::atomic<bool> mpi_process_fenced{false};
+
+namespace {
+std::mutex& fence_mutex() {
+  static std::mutex* m = new std::mutex;  // never destroyed (static teardown)
+  return *m;
+}
+std::string& fence_reason() {
+  static std::string* r = new std::string;
+  return *r;
+}
+}  // namespace
+
+void mpi_fence(const std::string& why) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(fence_mutex());
+    if (fence_reason().empty()) fence_reason() = why;
+  } catch (...) {
+  }
+  mpi_process_failed.store(true, std::memory_order_release);
+  mpi_process_fenced.store(true, std::memory_order_release);
+}
 
 void mpi_check(int rc, const char* routine) {
   if (rc == MPI_SUCCESS) return;
@@ -130,7 +152,8 @@ mpi_state::mpi_state(MPI_Comm c, bool own) : comm(c), owned(own) {
 mpi_state::~mpi_state() {
   const mpi_lock lock(mpi_mutex());
   int finalized = 0;
-  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  // After the fence even freeing a communicator is left undone: nothing may drive MPI.
+  if (mpi_fenced() || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
   for (auto& row : user_ops) {
     for (MPI_Op& op : row) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
@@ -149,10 +172,25 @@ void mpi_state::abort(const std::string& reason) noexcept {
   mpi_process_failed.store(true, std::memory_order_release);
 }
 
+namespace {
+[[noreturn]] void throw_fenced(const std::string& me) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(fence_mutex());
+    why = fence_reason();
+  }
+  throw peer_lost_error(me + "no MPI call is made in this process any more: " + why +
+                        ", and MPI may still read or write its buffer during any MPI call (MPI "
+                        "cannot cancel it). End the process; do not call MPI from it either "
+                        "(docs/FAULTS.md, \"Memory after a failed call\")");
+}
+}  // namespace
+
 void mpi_state::throw_aborted() {
+  const std::string me = "mpi: rank " + std::to_string(rank) + ": ";
+  if (mpi_fenced()) throw_fenced(me);
   std::lock_guard<std::mutex> lock(mu);
-  throw peer_lost_error("mpi: rank " + std::to_string(rank) +
-                        ": communicator aborted: " + abort_reason);
+  throw peer_lost_error(me + "communicator aborted: " + abort_reason);
 }
 
 namespace {
@@ -519,15 +557,16 @@ void mpi_request::cancel() noexcept {
   if (!state_) return;
   const detail::mpi_lock lock(detail::mpi_mutex());
   int finalized = 0;
-  if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
-    if (!is_send_) detail::retract(pieces_.data());  // pieces not matched yet simply go
+  if (!is_send_) detail::retract(pieces_.data());  // pieces not matched yet simply go
+  // After the fence no MPI call at all: what MPI holds of this request is simply left to it.
+  if (!detail::mpi_fenced() && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
     // What MPI already holds cannot be called back: MPI_Cancel of a send is deprecated and not
     // implemented by Open MPI's ob1, and a matched receive cannot be cancelled. A healthy peer
     // completes either soon (it is sending, or will take the message), so wait a bounded time; a
     // send after a failure will not be taken, so let go at once, and give a matched receive only
-    // a moment. Either way a request still pending is freed (MPI may still use its buffer later),
-    // and the state is marked failed: the budget is spent once per backend, not once per request
-    // of a strategy that unwinds.
+    // a moment. A request still pending then is left to MPI, which may still read or write its
+    // buffer once the peer resumes, during any MPI call of this process: so the process is
+    // fenced (mpi_state.hpp), and makes none again.
     const bool failed = state_->has_failed();
     const deadline until = clock::now() + (!failed    ? send_drain_limit
                                            : is_send_ ? clock::duration::zero()
@@ -543,7 +582,9 @@ void mpi_request::cancel() noexcept {
           until);
       if (p.req != MPI_REQUEST_NULL) {
         state_->mark_failed();
-        MPI_Request_free(&p.req);
+        detail::mpi_fence("rank " + std::to_string(state_->rank) + " gave up a " + describe() +
+                          " that MPI still holds");
+        break;  // not even MPI_Request_free: the fence stops every call
       }
     }
   }
@@ -555,6 +596,7 @@ void mpi_request::cancel() noexcept {
 
 mpi_backend::mpi_backend() {
   const detail::mpi_lock lock(detail::mpi_mutex());
+  if (detail::mpi_fenced()) detail::throw_fenced("mpi: ");
   detail::ensure_initialized();
   MPI_Comm dup = MPI_COMM_NULL;
   detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
@@ -564,6 +606,7 @@ mpi_backend::mpi_backend() {
 
 mpi_backend::mpi_backend(MPI_Comm comm, ownership kind) {
   const detail::mpi_lock lock(detail::mpi_mutex());
+  if (detail::mpi_fenced()) detail::throw_fenced("mpi: ");
   int initialized = 0;
   detail::mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
   if (!initialized) {

@@ -82,19 +82,23 @@ int checked_count(std::size_t count, const char* what) {
 }
 
 // Polls a collective's request until done or `until`. MPI cannot cancel a collective, so a
-// timeout aborts the backend: its buffers may still be written by MPI afterwards.
+// timeout leaves the request to MPI, which may still read and write the buffers during any later
+// MPI call of this process: the process is fenced (mpi_state.hpp) and makes none.
 void finish(detail::mpi_state& s, MPI_Request& req, const char* what, std::size_t bytes,
             deadline until) {
   int rc = MPI_SUCCESS;
+  bool fenced = false;
   const bool done = detail::mpi_poll(
       [&] {
         const detail::mpi_lock lock(detail::mpi_mutex());
+        if (detail::mpi_fenced()) return fenced = true;  // another thread gave up a request
         detail::mpi_serve_receives();  // a peer's send may wait on a receive of this rank
         int flag = 0;
         rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
         return rc != MPI_SUCCESS || flag != 0;
       },
       until, /*may_sleep=*/false);
+  if (fenced) s.throw_aborted();
   if (rc != MPI_SUCCESS) s.mark_failed();
   detail::mpi_check(rc, "MPI_Test");
   if (done) return;
@@ -103,8 +107,24 @@ void finish(detail::mpi_state& s, MPI_Request& req, const char* what, std::size_
                           " bytes did not complete before the deadline (DISTCOMM_TIMEOUT); some "
                           "rank of " +
                           std::to_string(s.size) + " is dead, stuck or in another collective";
-  s.abort(msg);  // the request stays pending inside MPI: this communicator is unusable now
+  {
+    const detail::mpi_lock lock(detail::mpi_mutex());
+    detail::mpi_fence("rank " + std::to_string(s.rank) + " gave up a native " + what + " of " +
+                      std::to_string(bytes) + " bytes that timed out");
+  }
+  s.abort(msg);
   throw timeout_error(msg);
+}
+
+// Posts a collective with `post` under the process's MPI lock, unless `s` is aborted or the process
+// fenced.
+template <class Post>
+MPI_Request start(detail::mpi_state& s, const char* routine, Post&& post) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  const detail::mpi_lock lock(detail::mpi_mutex());
+  s.check_aborted();
+  detail::mpi_check(post(&req), routine);
+  return req;
 }
 
 }  // namespace
@@ -115,13 +135,10 @@ void mpi_backend::native_allreduce(const void* in, void* out, std::size_t count,
   s.check_aborted();
   const int n = checked_count(count, "allreduce");
   if (n == 0) return;
-  MPI_Request req = MPI_REQUEST_NULL;
-  {
-    const detail::mpi_lock lock(detail::mpi_mutex());
-    detail::mpi_check(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, mpi_type(t),
-                                     mpi_op(s, t, op), s.comm, &req),
-                      "MPI_Iallreduce");
-  }
+  MPI_Request req = start(s, "MPI_Iallreduce", [&](MPI_Request* r) {
+    return MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, mpi_type(t), mpi_op(s, t, op),
+                          s.comm, r);
+  });
   finish(s, req, "allreduce", count * dtype_size(t), until);
   if (op == reduce_op::avg) divide(out, out, count, t, static_cast<std::size_t>(s.size));
 }
@@ -145,13 +162,9 @@ void mpi_backend::native_reduce_scatter(const void* in, void* out, std::size_t r
     copy.assign(in_begin, in_begin + total);
     in = copy.data();
   }
-  MPI_Request req = MPI_REQUEST_NULL;
-  {
-    const detail::mpi_lock lock(detail::mpi_mutex());
-    detail::mpi_check(
-        MPI_Ireduce_scatter_block(in, out, n, mpi_type(t), mpi_op(s, t, op), s.comm, &req),
-        "MPI_Ireduce_scatter_block");
-  }
+  MPI_Request req = start(s, "MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
+    return MPI_Ireduce_scatter_block(in, out, n, mpi_type(t), mpi_op(s, t, op), s.comm, r);
+  });
   finish(s, req, "reduce_scatter", recv_count * dtype_size(t), until);
   if (op == reduce_op::avg) divide(out, out, recv_count, t, static_cast<std::size_t>(s.size));
 }
@@ -165,13 +178,10 @@ void mpi_backend::native_allgather(const void* in, void* out, std::size_t send_c
   if (n == 0) return;
   const std::size_t bytes = send_count * dtype_size(t);
   const void* mine = static_cast<unsigned char*>(out) + static_cast<std::size_t>(s.rank) * bytes;
-  MPI_Request req = MPI_REQUEST_NULL;
-  {
-    const detail::mpi_lock lock(detail::mpi_mutex());
-    detail::mpi_check(MPI_Iallgather(in == mine ? MPI_IN_PLACE : in, n, mpi_type(t), out, n,
-                                     mpi_type(t), s.comm, &req),
-                      "MPI_Iallgather");
-  }
+  MPI_Request req = start(s, "MPI_Iallgather", [&](MPI_Request* r) {
+    return MPI_Iallgather(in == mine ? MPI_IN_PLACE : in, n, mpi_type(t), out, n, mpi_type(t),
+                          s.comm, r);
+  });
   finish(s, req, "allgather", bytes, until);
 }
 
@@ -182,12 +192,9 @@ void mpi_backend::native_alltoall(const void* in, void* out, std::size_t block_c
   const int n = checked_count(block_count, "alltoall");
   checked_count(block_count * static_cast<std::size_t>(s.size), "alltoall");
   if (n == 0) return;
-  MPI_Request req = MPI_REQUEST_NULL;
-  {
-    const detail::mpi_lock lock(detail::mpi_mutex());
-    detail::mpi_check(MPI_Ialltoall(in, n, mpi_type(t), out, n, mpi_type(t), s.comm, &req),
-                      "MPI_Ialltoall");
-  }
+  MPI_Request req = start(s, "MPI_Ialltoall", [&](MPI_Request* r) {
+    return MPI_Ialltoall(in, n, mpi_type(t), out, n, mpi_type(t), s.comm, r);
+  });
   finish(s, req, "alltoall", block_count * dtype_size(t), until);
 }
 
@@ -207,13 +214,10 @@ void mpi_backend::native_alltoallv(const void* in, const std::size_t* send_count
     rd[q] = checked_count(recv_displs[q], "alltoallv");
     bytes += send_counts[q] * dtype_size(t);
   }
-  MPI_Request req = MPI_REQUEST_NULL;
-  {
-    const detail::mpi_lock lock(detail::mpi_mutex());
-    detail::mpi_check(MPI_Ialltoallv(in, sc.data(), sd.data(), mpi_type(t), out, rc.data(),
-                                     rd.data(), mpi_type(t), s.comm, &req),
-                      "MPI_Ialltoallv");
-  }
+  MPI_Request req = start(s, "MPI_Ialltoallv", [&](MPI_Request* r) {
+    return MPI_Ialltoallv(in, sc.data(), sd.data(), mpi_type(t), out, rc.data(), rd.data(),
+                          mpi_type(t), s.comm, r);
+  });
   finish(s, req, "alltoallv", bytes, until);
 }
 
@@ -227,22 +231,17 @@ void mpi_backend::native_broadcast(void* data, std::size_t count, dtype t, int r
   s.check_aborted();
   const int n = checked_count(count, "broadcast");
   if (n == 0) return;
-  MPI_Request req = MPI_REQUEST_NULL;
-  {
-    const detail::mpi_lock lock(detail::mpi_mutex());
-    detail::mpi_check(MPI_Ibcast(data, n, mpi_type(t), root, s.comm, &req), "MPI_Ibcast");
-  }
+  MPI_Request req = start(s, "MPI_Ibcast", [&](MPI_Request* r) {
+    return MPI_Ibcast(data, n, mpi_type(t), root, s.comm, r);
+  });
   finish(s, req, "broadcast", count * dtype_size(t), until);
 }
 
 void mpi_backend::native_barrier(deadline until) {
   detail::mpi_state& s = *state_;
   s.check_aborted();
-  MPI_Request req = MPI_REQUEST_NULL;
-  {
-    const detail::mpi_lock lock(detail::mpi_mutex());
-    detail::mpi_check(MPI_Ibarrier(s.comm, &req), "MPI_Ibarrier");
-  }
+  MPI_Request req =
+      start(s, "MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(s.comm, r); });
   finish(s, req, "barrier", 0, until);
 }
 

@@ -35,6 +35,16 @@ void mpi_check(int rc, const char* routine);
 // (init_guard in mpi.cpp).
 extern std::atomic<bool> mpi_process_failed;
 
+// The fence: set once DistComm let go of a request MPI still holds (a native collective that
+// timed out, a send or a matched receive freed while pending). MPI cannot cancel those, and may
+// read or write their buffers, which the caller may free by then, during any later MPI call of
+// this process: every call drives the progress of every request. So from then on DistComm makes
+// no MPI call in this process: every communicator's next call throws peer_lost_error saying why
+// (docs/FAULTS.md, "Memory after a failed call").
+void mpi_fence(const std::string& why) noexcept;
+extern std::atomic<bool> mpi_process_fenced;
+inline bool mpi_fenced() noexcept { return mpi_process_fenced.load(std::memory_order_acquire); }
+
 struct mpi_state {
   MPI_Comm comm = MPI_COMM_NULL;
   bool owned = false;  // freed by us
@@ -62,8 +72,9 @@ struct mpi_state {
 
   void abort(const std::string& reason) noexcept;
   [[noreturn]] void throw_aborted();
+  // Throws peer_lost_error once this communicator is aborted or the process fenced.
   void check_aborted() {
-    if (aborted.load(std::memory_order_acquire)) throw_aborted();
+    if (aborted.load(std::memory_order_acquire) || mpi_fenced()) throw_aborted();
   }
   void mark_failed() noexcept {
     failed.store(true, std::memory_order_release);

@@ -54,12 +54,13 @@ struct mpi_piece {
 // MPI_Test (docs/PERFORMANCE.md, "Each backend's own defaults"); no pre-posted receive is safe,
 // because any message larger than it may take the rendezvous path.
 // Destroying a receive not matched yet retracts it (the next message goes to the next receive);
-// one already matched is waited for at most 3 s (0.1 s once a peer failed this process), then
-// freed: MPI may then still write its buffer if the sender resumes.
+// one already matched is waited for at most 3 s (0.1 s once a peer failed this process).
 // Destroying a pending send (MPI cannot reliably cancel sends) waits at most 3 s for the peer to
 // take it, or not at all once a peer failed this process (a wait timed out, MPI reported an error,
-// abort(), or an earlier send was given up this way), then frees it: MPI may still deliver it and
-// read its buffer, so after that the communicator must be treated as broken.
+// abort(), or an earlier send was given up this way).
+// A send or matched receive still pending then is left to MPI, which may still read or write its
+// buffer during any later MPI call of the process: so the process is fenced, and the backend makes
+// no MPI call in it again (every communicator's next call throws peer_lost_error saying why).
 // Calls on requests and backends must be serialized across the whole process (the backend asks
 // MPI for MPI_THREAD_SERIALIZED): testing any request matches the receives of every backend.
 class [[nodiscard]] mpi_request {
@@ -170,7 +171,7 @@ class mpi_backend {
   void abort(const std::string& reason) noexcept;
 
   // Native collectives: MPI's nonblocking collectives polled until `until`. MPI cannot cancel a
-  // collective, so after a timeout the backend is aborted and MPI may still write the buffers.
+  // collective, so a timeout fences the process as a send given up does (mpi_request above).
   void native_allreduce(const void* in, void* out, std::size_t count, dtype t, reduce_op op,
                         deadline until);
   void native_reduce_scatter(const void* in, void* out, std::size_t recv_count, dtype t,
