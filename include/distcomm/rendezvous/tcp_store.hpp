@@ -38,7 +38,8 @@ class tcp_store_server {
   // The limit on connections that finished the handshake, past which a new one is refused (the
   // client retries within its deadline). Automatic: the job's world size + a quarter + 64, or
   // unknown_job_max_connections for a server that does not know its job. Connections still in
-  // the handshake have a quota of their own, per source address (tcp_store_server.cpp).
+  // the handshake have a quota of their own, in all (at which the server stops accepting for a
+  // moment) and per source address (tcp_store_server.cpp).
   static constexpr std::size_t automatic_max_connections = 0;
   static constexpr std::size_t unknown_job_max_connections = 32768;
   static constexpr std::size_t default_max_connections = automatic_max_connections;
