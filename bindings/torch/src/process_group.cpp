@@ -134,6 +134,7 @@ c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
   const at::Tensor& t = single(tensors, "allreduce");
+  if (t.is_sparse()) return sparse_allreduce(t, opts);
   return started(
       c10d::OpType::ALLREDUCE,
       comm_.iallreduce(view_of(t, "allreduce tensor"), op_of(opts.reduceOp, "allreduce")), tensors);

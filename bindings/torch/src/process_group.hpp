@@ -75,6 +75,9 @@ class process_group final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
+  // allreduce() of a sparse COO tensor (sparse.cpp).
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(const at::Tensor& t,
+                                                  const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> started(c10d::OpType type, distcomm::work w,
                                          std::vector<at::Tensor> outputs,
                                          std::vector<at::Tensor> inputs = {},

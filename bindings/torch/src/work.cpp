@@ -1,10 +1,36 @@
 #include "work.hpp"
 
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "distcomm/core/error.hpp"
+
 namespace distcomm::torch_binding {
+
+namespace {
+
+// DistComm's error in PyTorch's words, where its tests and users match on them (gloo's "Timed out
+// waiting ...", "Connection closed by peer"), DistComm's own message after them. Anything else as
+// it is.
+std::exception_ptr in_torch_words(std::exception_ptr e, c10d::OpType type) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const distcomm::timeout_error& t) {
+    return std::make_exception_ptr(std::runtime_error("distcomm: Timed out waiting for " +
+                                                      c10d::opTypeToString(type) +
+                                                      " to complete: " + t.what()));
+  } catch (const distcomm::peer_lost_error& p) {
+    return std::make_exception_ptr(
+        std::runtime_error("distcomm: Connection closed by peer during " +
+                           c10d::opTypeToString(type) + ": " + p.what()));
+  } catch (...) {
+    return e;
+  }
+}
+
+}  // namespace
 
 collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
                                  std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
@@ -17,7 +43,7 @@ collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
   // On the thread that completes the collective (DistComm's progress), or here when it already
   // has. The future holds what the callback needs, not this Work, which the caller may drop.
   work_.then([future = future_, outputs = outputs_, inputs = std::move(inputs),
-              finish = std::move(finish)](std::exception_ptr error) {
+              finish = std::move(finish), type](std::exception_ptr error) {
     if (!error && finish) {
       try {
         finish();
@@ -26,7 +52,7 @@ collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
       }
     }
     if (error) {
-      future->setError(error);
+      future->setError(in_torch_words(error, type));
     } else {
       future->markCompleted(c10::IValue(outputs));
     }

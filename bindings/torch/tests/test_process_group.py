@@ -8,8 +8,10 @@ processes (init method from --init: env, tcp or file) and fails when any rank fa
 """
 
 import argparse
+import datetime
 import gc
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -199,6 +201,31 @@ def run_rank(rank, world, url):
     t = torch.ones(2)
     dist.all_reduce(t)
     check(bool((t == p).all()), "allreduce after the refusals")
+
+    # Sparse allreduce (sum, as gloo's): an entry every rank has, one of each rank's own, and
+    # one more on rank 0 (ranks with different counts)
+    idx = [[0, r + 1] + ([p + 1] if r == 0 else [])]
+    val = [1.0, float(r + 1)] + ([5.0] if r == 0 else [])
+    sp = torch.sparse_coo_tensor(torch.tensor(idx), torch.tensor(val), (p + 2,))
+    dist.all_reduce(sp)
+    want = torch.tensor([float(p)] + [float(q + 1) for q in range(p)] + [5.0])
+    check(sp.is_sparse and torch.equal(sp.to_dense(), want), f"sparse allreduce: {sp.to_dense()}")
+    raises(lambda: dist.all_reduce(sp, op=dist.ReduceOp.MAX), ["sparse", "sums only"],
+           "sparse max")
+
+    # A timeout in PyTorch's words (its suite matches " (Timed out|closed|timeout) "): rank 0
+    # alone enters a barrier of a group whose timeout is 2 s
+    short = dist.new_group(list(range(p)), timeout=datetime.timedelta(seconds=2))
+    if r == 0:
+        try:
+            dist.barrier(group=short)
+            check(False, "a barrier that rank 0 entered alone completed")
+        except RuntimeError as e:
+            check(re.search(" (Timed out|closed|timeout) ", str(e)) is not None,
+                  f"a timeout in other words than PyTorch's: {e!s:.300}")
+            check("distcomm: Timed out waiting for BARRIER to complete" in str(e),
+                  f"the timeout's message: {e!s:.300}")
+    dist.barrier()  # the default group goes on
 
     # DDP: two steps of a small model; replicas agree afterwards
     torch.manual_seed(1234)
