@@ -33,11 +33,11 @@ STEPS=(probe build ctest kernels nccl-native torch-binding torch-suite ddp-gpu e
        hierarchical-nccl)
 declare -A ABOUT=(
   [probe]="the machine: GPU, driver, nvcc, NCCL, Python's torch, compilers, what build-gpu-deps adds"
-  [build]="configure and build build-gpu/ with CUDA and NCCL (and the torch binding where torch fits)"
+  [build]="configure and build build-gpu/ with CUDA and NCCL"
   [ctest]="ctest -L 'nccl|cuda' in build-gpu/"
   [kernels]="distcomm-bench-nccl-kernels: the CUDA kernels against a device-to-device copy"
   [nccl-native]="distcomm-bench-nccl at world size 1, 8 B-256 MiB: native allreduce"
-  [torch-binding]="the torch binding's own tests against this machine's python3 torch"
+  [torch-binding]="build the torch binding against this machine's python3 torch, run its tests"
   [torch-suite]="PyTorch's distributed suite on CPU, \"distcomm\" and \"gloo\", world 2 and 4"
   [ddp-gpu]="DDP on the GPU, 2 processes sharing it, \"distcomm\" against \"gloo\", example CNN"
   [engine-device]="the engine's device path: engine(data, control) with NCCL and cuda::fusion"
@@ -224,7 +224,6 @@ do_build() {
   if ((!dry)); then
     grep -q 'test_cuda_host_staged' "$BUILD/build.ninja" 2>/dev/null &&
       targets+=(test_cuda_host_staged)
-    grep -q 'distcomm_torch' "$BUILD/build.ninja" 2>/dev/null && targets+=(distcomm_torch)
   fi
   x cmake --build "$BUILD" --parallel "$DISTCOMM_JOBS" --target "${targets[@]}"
 }
@@ -240,15 +239,25 @@ do_nccl_native() {
   x "$BUILD/bin/distcomm-run" -np 1 --timeout 300 "$BUILD/bin/distcomm-bench-nccl" -b 8 -e 256M -f 4
 }
 
-# The binding builds where torch is the one it is written against (its configure step says so).
-binding_missing() {
+# The binding is configured where torch is a version it is written against (the configure step
+# says why not), and built by the step torch-binding, apart: a compile error of it (a torch
+# version never built against before) stops nothing else.
+binding_configured() {
   [[ -n "$TORCH" ]] || { echo "python3 has no torch"; return; }
   if ((dry)); then return; fi
-  ls "$BUILD"/python/distcomm_torch/*.so >/dev/null 2>&1 ||
-    echo "the torch binding was not built against torch ${TORCH%% *}$(grep -ho 'torch.distributed backend skipped: .*' "$LOG" | head -1 | sed 's/^torch.distributed backend skipped/: configure said/')"
+  grep -q 'distcomm_torch' "$BUILD/build.ninja" 2>/dev/null ||
+    echo "the torch binding is not configured for torch ${TORCH%% *}$(grep -ho 'torch.distributed backend skipped: .*' "$LOG" | head -1 | sed 's/^torch.distributed backend skipped/: configure said/')"
 }
-need_torch_binding() { binding_missing; }
+binding_missing() {
+  local why
+  why=$(binding_configured)
+  if [[ -n "$why" ]] || ((dry)); then echo "$why"; return; fi
+  ls "$BUILD"/python/distcomm_torch/*.so >/dev/null 2>&1 ||
+    echo "the torch binding did not build against torch ${TORCH%% *} (step torch-binding)"
+}
+need_torch_binding() { binding_configured; }
 do_torch_binding() {
+  x cmake --build "$BUILD" --parallel "$DISTCOMM_JOBS" --target distcomm_torch || return 1
   x env PYTHONPATH="$BUILD/python" "$PY" bindings/torch/tests/test_process_group.py
 }
 

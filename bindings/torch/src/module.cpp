@@ -15,9 +15,9 @@ namespace {
 
 // What Backend.register_backend calls: (store, rank, size, timeout). Connecting waits for the
 // other ranks, so the GIL is released meanwhile.
-c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
-                                              int rank, int size,
-                                              const std::chrono::duration<float>& timeout) {
+c10::intrusive_ptr<distcomm::torch_binding::torch_backend_base> create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    const std::chrono::duration<float>& timeout) {
   py::gil_scoped_release release;
   return c10::make_intrusive<process_group>(
       store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
@@ -28,10 +28,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
 PYBIND11_MODULE(_C, m) {
   m.doc() = "DistComm's torch.distributed backend (import distcomm_torch registers \"distcomm\")";
   // The class is registered so that Python sees the group's type and its transport; its base,
-  // torch.distributed.ProcessGroup, is torch's own.
+  // torch's ProcessGroup (1.13) or Backend (2.x), is torch's own.
   py::module_::import("torch.distributed");
-  py::class_<process_group, c10d::ProcessGroup, c10::intrusive_ptr<process_group>>(
-      m, "ProcessGroupDistComm")
+  py::class_<process_group, distcomm::torch_binding::torch_backend_base,
+             c10::intrusive_ptr<process_group>>(m, "ProcessGroupDistComm")
       .def_property_readonly("transport", &process_group::transport,
                              "the DistComm backend and strategy under the group, e.g. 'gloo/auto'");
   m.def("create_process_group", &create, py::arg("store"), py::arg("rank"), py::arg("size"),

@@ -86,7 +86,7 @@ std::string backend_for(int size, bool one_host) {
 
 process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size),
+    : torch_backend(rank, size),
       cfg_(settings_for(timeout)),
       kv_(store_of(store, cfg_)),
       comm_(connect(kv_, rank, size, cfg_)) {
@@ -118,6 +118,7 @@ c10::intrusive_ptr<c10d::Work> process_group::started(c10d::OpType type, distcom
                                                       std::vector<at::Tensor> outputs,
                                                       std::vector<at::Tensor> inputs,
                                                       std::function<void()> finish) {
+  count_collective();
   return c10::make_intrusive<collective_work>(rank_, type, std::move(w), std::move(outputs),
                                               std::move(inputs), std::move(finish));
 }

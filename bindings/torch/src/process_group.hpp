@@ -1,12 +1,12 @@
-// distcomm::torch_binding::process_group: PyTorch's c10d::ProcessGroup (1.13) over a
-// distcomm::any_communicator. Every call validates its tensors on the caller's thread, posts the
-// collective to the communicator's progress thread and returns at once with a collective_work
-// (work.hpp); collectives run in the order they were called, as PyTorch requires of every rank.
-// Where PyTorch passes lists (allgather, gather, scatter, reduce_scatter, alltoall), the list is
-// staged through one contiguous tensor and copied back before the work completes.
+// distcomm::torch_binding::process_group: a torch.distributed backend (c10d::ProcessGroup in
+// torch 1.13, c10d::Backend in 2.x: torch_api.hpp) over a distcomm::any_communicator. Every call
+// validates its tensors on the caller's thread, posts the collective to the communicator's progress
+// thread and returns at once with a collective_work (work.hpp); collectives run in the order they
+// were called, as PyTorch requires of every rank. Where PyTorch passes lists (allgather, gather,
+// scatter, reduce_scatter, alltoall), the list is staged through one contiguous tensor and copied
+// back before the work completes.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -17,10 +17,11 @@
 #include "distcomm/any_communicator.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/rendezvous/store.hpp"
+#include "torch_api.hpp"
 
 namespace distcomm::torch_binding {
 
-class process_group final : public c10d::ProcessGroup {
+class process_group final : public torch_backend {
  public:
   // Connects rank `rank` of `size` through `store` (the group's, from init_process_group or
   // new_group) over the backend DISTCOMM_BACKEND names, else backend_for(size). Collective over

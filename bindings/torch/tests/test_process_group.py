@@ -242,6 +242,13 @@ def run_rank(rank, world, url):
     dist.all_gather(gathered, flat)
     check(all(bool(torch.equal(g, gathered[0])) for g in gathered), "DDP replicas differ")
 
+    # The group's sequence number (what TORCH_DISTRIBUTED_DEBUG=DETAIL compares across ranks):
+    # the collectives started, the same on every rank
+    seq = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    seqs = [None] * p
+    dist.all_gather_object(seqs, seq)
+    check(seq > 0 and all(s == seq for s in seqs), f"sequence numbers {seqs}")
+
     # Closed while a collective still holds a tensor whose Python object is gone (as DDP's
     # buckets are): the collective letting the tensor go needs the GIL, which the closing thread
     # holds. Before the group let it go while closing, this hung every time.

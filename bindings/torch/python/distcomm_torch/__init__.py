@@ -9,6 +9,8 @@ fastest built for CPU tensors (``distcomm_torch.backend_for(world_size)``). The 
 through the store PyTorch hands the group: no second port. See docs/TORCH.md.
 """
 
+import inspect as _inspect
+
 import torch.distributed as _dist
 
 from ._C import ProcessGroupDistComm, backend_for, create_process_group, __version__
@@ -21,7 +23,11 @@ def _create(store, rank, size, timeout):
 
 
 if not hasattr(_dist.Backend, BACKEND_NAME.upper()):
-    _dist.Backend.register_backend(BACKEND_NAME, _create)
+    if "devices" in _inspect.signature(_dist.Backend.register_backend).parameters:
+        # torch 2.x: the device types the backend serves (CUDA tensors are refused for now)
+        _dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
+    else:  # torch 1.13
+        _dist.Backend.register_backend(BACKEND_NAME, _create)
 
 __all__ = ["BACKEND_NAME", "ProcessGroupDistComm", "backend_for", "create_process_group",
            "__version__"]
