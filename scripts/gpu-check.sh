@@ -287,8 +287,8 @@ need_ddp_gpu() {
 }
 do_ddp_gpu() { :; }
 
-need_engine_device() { no_gpu; echo "no program runs the engine's device path yet"; }
-do_engine_device() { :; }
+need_engine_device() { no_gpu; built test_nccl_gpu; }
+do_engine_device() { x "$BUILD/bin/test_nccl_gpu" '--test-case=engine*'; }
 
 need_hierarchical_nccl() { no_gpu; echo "no program runs hierarchical nccl+gloo yet"; }
 do_hierarchical_nccl() { :; }

@@ -2,7 +2,8 @@
 // against the host kernels (every dtype and op, odd sizes, pointers one element off alignment),
 // device Tensor Fusion (alone and as the communicator's cuda::fusion policy), NCCL's collectives
 // and send/recv on a one-rank communicator, the memory operations of the point-to-point
-// strategies, and ring, tree and parameter_server over NCCL.
+// strategies, ring, tree and parameter_server over NCCL, and the engine's device path (NCCL for
+// the tensors, a host communicator for the agreement).
 // Without a CUDA device the program prints why and exits 77, which ctest reports as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cuda_runtime_api.h>
@@ -12,16 +13,22 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "distcomm/backends/local.hpp"
 #include "distcomm/backends/nccl.hpp"
 #include "distcomm/communicator.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/core/reduce.hpp"
 #include "distcomm/cuda/fusion.hpp"
 #include "distcomm/cuda/kernels.hpp"
+#include "distcomm/engine/engine.hpp"
 #include "distcomm/fusion/none.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
+#include "distcomm/strategy/native.hpp"
+#include "distcomm/strategy/ring.hpp"
 
 namespace dc = distcomm;
 
@@ -454,6 +461,53 @@ TEST_CASE("split and alltoall on the NCCL backend") {
   comm.alltoall(in, out);
   cuda_ok(cudaMemcpy(back.data(), dout.at(0), n * 4, cudaMemcpyDeviceToHost));
   CHECK(back == a);
+}
+
+// The engine's device path (engine.hpp: engine(data, control)): tensors over NCCL through
+// cuda::fusion, the ranks' agreement over a host communicator (the local backend; one rank, as
+// NCCL runs one rank per GPU). Tensors of several dtypes submitted by name, in two steps, the
+// second reusing the names; each completes with the one rank's input bit for bit (the sum and
+// the average over one rank), and the grouped allreduce of a step is one collective.
+TEST_CASE("engine: device tensors over NCCL, the agreement over a host communicator") {
+  dc::hash_store kv(std::chrono::seconds(30));
+  dc::config c;
+  c.timeout = std::chrono::seconds(60);
+  dc::any_communicator data(
+      dc::communicator<dc::nccl_backend, dc::strategy::native, dc::cuda::fusion>(
+          dc::nccl_backend(kv, 0, 1, 0, std::chrono::seconds(60)), c));
+  dc::local_world world(1);
+  world.run([&](dc::local_backend b) {
+    cuda_ok(cudaSetDevice(0));  // this thread's device
+    dc::any_communicator control(
+        dc::communicator<dc::local_backend, dc::strategy::ring>(std::move(b), c));
+    dc::engine eng(data, control, c);
+    constexpr dc::dtype types[] = {dc::dtype::f32, dc::dtype::f16, dc::dtype::bf16, dc::dtype::f64,
+                                   dc::dtype::i32};
+    constexpr std::size_t counts[] = {1001, 7, 65536, 3, 129};
+    for (int step = 0; step < 2; ++step) {
+      CAPTURE(step);
+      const dc::reduce_op op = step == 0 ? dc::reduce_op::avg : dc::reduce_op::sum;
+      std::vector<std::vector<unsigned char>> host;
+      std::vector<std::unique_ptr<device_bytes>> device;
+      std::vector<dc::work> works;
+      for (std::size_t i = 0; i < std::size(types); ++i) {
+        host.push_back(values(types[i], counts[i], static_cast<int>(i) + step));
+        device.push_back(std::make_unique<device_bytes>(host[i].size()));
+        cuda_ok(
+            cudaMemcpy(device[i]->at(0), host[i].data(), host[i].size(), cudaMemcpyHostToDevice));
+        works.push_back(eng.allreduce_async("grad." + std::to_string(i),
+                                            dc::cuda_view(device[i]->at(0), counts[i], types[i], 0),
+                                            op));
+      }
+      for (dc::work& w : works) w.wait();
+      for (std::size_t i = 0; i < std::size(types); ++i) {
+        CAPTURE(i);
+        CHECK(to_host(device[i]->at(0), host[i].size()) == host[i]);  // one rank: its own input
+      }
+    }
+    eng.synchronize();
+    CHECK(eng.stats().tensors == 2 * std::size(types));
+  });
 }
 
 int main(int argc, char** argv) {
