@@ -12,19 +12,18 @@ namespace distcomm::torch_binding {
 namespace {
 
 // DistComm's error in PyTorch's words, where its tests and users match on them (gloo's "Timed out
-// waiting ...", "Connection closed by peer"), DistComm's own message after them. Anything else as
-// it is.
+// ...", "Connection closed by peer"), the call in parentheses and DistComm's own message after
+// them, which says what timed out or closed (this call, or an earlier one that failed the group).
+// Anything else as it is.
 std::exception_ptr in_torch_words(std::exception_ptr e, c10d::OpType type) {
   try {
     std::rethrow_exception(e);
   } catch (const distcomm::timeout_error& t) {
-    return std::make_exception_ptr(std::runtime_error("distcomm: Timed out waiting for " +
-                                                      c10d::opTypeToString(type) +
-                                                      " to complete: " + t.what()));
+    return std::make_exception_ptr(std::runtime_error(
+        "distcomm: Timed out (" + c10d::opTypeToString(type) + "): " + t.what()));
   } catch (const distcomm::peer_lost_error& p) {
-    return std::make_exception_ptr(
-        std::runtime_error("distcomm: Connection closed by peer during " +
-                           c10d::opTypeToString(type) + ": " + p.what()));
+    return std::make_exception_ptr(std::runtime_error(
+        "distcomm: Connection closed by peer (" + c10d::opTypeToString(type) + "): " + p.what()));
   } catch (...) {
     return e;
   }
