@@ -36,7 +36,7 @@ declare -A ABOUT=(
   [build]="configure and build build-gpu/ with CUDA and NCCL"
   [ctest]="ctest -L 'nccl|cuda' in build-gpu/"
   [kernels]="distcomm-bench-nccl-kernels: the CUDA kernels against a device-to-device copy"
-  [nccl-native]="distcomm-bench-nccl at world size 1, 8 B-256 MiB: native allreduce"
+  [nccl-native]="distcomm-bench-nccl at world size 1, 8 B-256 MiB, beside ncclAllReduce (--peer nccl)"
   [torch-binding]="build the torch binding against this machine's python3 torch, run its tests"
   [torch-suite]="PyTorch's distributed suite on CPU, \"distcomm\" and \"gloo\", world 2 and 4"
   [ddp-gpu]="DDP on the GPU, 2 processes sharing it, \"distcomm\" against \"gloo\", example CNN"
@@ -236,7 +236,8 @@ do_kernels() { x "$BUILD/bin/distcomm-bench-nccl-kernels"; }
 
 need_nccl_native() { no_gpu; built distcomm-bench-nccl; }
 do_nccl_native() {
-  x "$BUILD/bin/distcomm-run" -np 1 --timeout 300 "$BUILD/bin/distcomm-bench-nccl" -b 8 -e 256M -f 4
+  x "$BUILD/bin/distcomm-run" -np 1 --timeout 300 "$BUILD/bin/distcomm-bench-nccl" -b 8 -e 256M -f 4 \
+    --peer nccl
 }
 
 # The binding is configured where torch is a version it is written against (the configure step

@@ -66,10 +66,11 @@ void validate(const options& o) {
     const bool exchange = o.coll == collective::alltoall || o.coll == collective::alltoallv;
     if (o.coll != collective::allreduce && !(exchange && o.peer == "mpi")) {
       fail(
-          "--peer compares allreduce (MPI_Allreduce, gloo::allreduce) and, with mpi, alltoall "
+          "--peer compares allreduce (MPI_Allreduce, gloo::allreduce, ncclAllReduce) and, with "
+          "mpi, alltoall "
           "and alltoallv (MPI_Alltoall, MPI_Alltoallv)");
     }
-    if (o.type == dtype::bf16 || (o.peer == "mpi" && o.type == dtype::f16)) {
+    if ((o.type == dtype::bf16 && o.peer != "nccl") || (o.peer == "mpi" && o.type == dtype::f16)) {
       fail(std::string("--peer ") + o.peer + " has no " + nccl_name(o.type) + " allreduce");
     }
   }
@@ -228,8 +229,8 @@ int parse_options(int argc, char** argv, const command_line& cl, options& out) {
   auto* peer = app.add_option("--peer", o.peer,
                               "Interleave the raw library's own allreduce at every size: mpi "
                               "(MPI_Allreduce on MPI_COMM_WORLD; needs mpirun) or gloo "
-                              "(gloo::allreduce)")
-                   ->check(CLI::IsMember({"mpi", "gloo"}));
+                              "(gloo::allreduce); nccl (ncclAllReduce) in distcomm-bench-nccl")
+                   ->check(CLI::IsMember({"mpi", "gloo", "nccl"}));
   // Still parsed where it cannot work, so that the program refuses it saying why; not offered.
   if (!cl.peer_option) peer->group("");
   app.add_flag("--floor", o.floor,

@@ -48,12 +48,22 @@ struct peer_world {
   std::function<std::shared_ptr<store>()> kv;
 };
 
-// Throws invalid_argument_error when peer `name` cannot run in this job (unknown, not built, or
-// mpi in a multi-rank job that mpirun did not start). Cheap: call it before connecting anything.
+// A peer by name: `check` throws invalid_argument_error when it cannot run in this job (not built,
+// or mpi in a multi-rank job that mpirun did not start), cheaply, before anything connects; `make`
+// connects it, collective over the world. mpi and gloo (host memory) are known from the start; a
+// program adds its own with add_peer() before parsing (distcomm-bench-nccl: nccl, on device
+// buffers).
+struct peer_kind {
+  std::string name;
+  std::function<void(const peer_world&)> check;
+  std::function<std::unique_ptr<peer>(const peer_world&)> make;
+};
+void add_peer(peer_kind k);
+
+// Throws invalid_argument_error when peer `name` is unknown or cannot run in this job.
 void check_peer(const std::string& name, const peer_world& w);
 
-// name: "mpi" or "gloo". Collective over the world. Throws invalid_argument_error when that peer
-// was not built or cannot run in this job (e.g. mpi without mpirun).
+// The peer `name`, connected; collective over the world. Throws as check_peer() does.
 std::unique_ptr<peer> make_peer(const std::string& name, const peer_world& w);
 
 }  // namespace distcomm::bench
