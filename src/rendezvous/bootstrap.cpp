@@ -207,7 +207,6 @@ std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s,
 void meet_every_rank(store& kv, const startup& s, const std::string& where, bool rank0_hosts) {
   const std::string name = "distcomm/bootstrap";
   const auto key_of = [&](int r) { return name + "/" + std::to_string(r); };
-  const std::string done = name + "/done";
   std::vector<int> missing;
   const auto missing_text = [&] {
     return std::string(missing.size() == 1 ? "rank " : "ranks ") + rank_list(missing) + " (of " +
@@ -232,8 +231,7 @@ void meet_every_rank(store& kv, const startup& s, const std::string& where, bool
   };
   try {
     kv.set_timeout(s.slice());
-    kv.set(key_of(s.rank), detail::encode_counter(1));
-    if (kv.add(name + "/arrived", 1) == s.size) kv.set(done, detail::encode_counter(1));
+    const std::string done = detail::arrive(kv, name, s.rank, s.size);
     for (;;) {
       kv.set_timeout(s.slice());
       try {

@@ -142,6 +142,13 @@ bool compare_set_applies(const bytes* current, const bytes& expected) {
   return current ? *current == expected : expected.empty();
 }
 
+std::string arrive(store& s, const std::string& name, int rank, int size) {
+  s.set(name + "/" + std::to_string(rank), encode_counter(1));
+  const std::string done = name + "/done";
+  if (s.add(name + "/arrived", 1) == size) s.set(done, encode_counter(1));
+  return done;
+}
+
 }  // namespace detail
 
 void store_barrier(store& s, const std::string& name, int rank, int size) {
@@ -150,13 +157,11 @@ void store_barrier(store& s, const std::string& name, int rank, int size) {
                                  " is not in [0, " + std::to_string(size) + ")");
   }
   const auto key_of = [&](int r) { return name + "/" + std::to_string(r); };
-  // Each rank's own key (for the error below) and a count; the last to arrive says so. Every rank
-  // makes three requests of the store, whatever the size: a store serves thousands of ranks'
-  // barrier in time linear in their number.
-  s.set(key_of(rank), detail::encode_counter(1));
-  if (s.add(name + "/arrived", 1) == size) s.set(name + "/done", detail::encode_counter(1));
+  // Three requests per rank, whatever the size: a store serves thousands of ranks' barrier in
+  // time linear in their number.
+  const std::string done = detail::arrive(s, name, rank, size);
   try {
-    s.wait({name + "/done"});
+    s.wait({done});
   } catch (const timeout_error&) {
     // The wait's message names keys; the barrier's names ranks, which is what a user can act on.
     // check() never waits; should the store itself be unreachable, its first error propagates

@@ -66,4 +66,10 @@ std::int64_t add_to_counter(const char* who, const std::string& key, const bytes
 // (nullptr = absent) and returns true when `desired` must be written.
 bool compare_set_applies(const bytes* current, const bytes& expected);
 
+// A rank's arrival at the meeting `name` of `size` ranks (store_barrier, the bootstrap's meeting):
+// its own key name/<rank>, so that a wait that ends early can name the ranks missing; a count,
+// name/arrived; and name/done, which the last to arrive sets. Three requests per rank whatever the
+// size. Returns the key to wait for.
+std::string arrive(store& s, const std::string& name, int rank, int size);
+
 }  // namespace distcomm::detail

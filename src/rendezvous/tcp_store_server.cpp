@@ -158,9 +158,9 @@ struct tcp_store_server::impl {
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_on;
   std::set<std::pair<io_clock::time_point, std::uint64_t>> waiter_deadlines;
   // Connections still in the handshake, by deadline (connection order), in all and per address.
-  std::set<std::pair<io_clock::time_point, std::uint64_t>> handshakes;
-  std::unordered_map<std::string, std::set<std::pair<io_clock::time_point, std::uint64_t>>>
-      handshakes_from;
+  using handshake_set = std::set<std::pair<io_clock::time_point, std::uint64_t>>;
+  handshake_set handshakes;
+  std::unordered_map<std::string, handshake_set> handshakes_from;
   std::vector<std::uint64_t> dead;  // marked this round, closed at its end
   io_clock::time_point listener_paused_until{};
   bool listener_watched = true;
@@ -191,7 +191,6 @@ struct tcp_store_server::impl {
   void watch(connection& c);
   void watch_listener(bool on);
   void handshake_done(connection& c);
-  using handshake_set = std::set<std::pair<io_clock::time_point, std::uint64_t>>;
   bool close_oldest_after_grace(const handshake_set& pool);
   void close_dead();
   int poll_timeout_ms(io_clock::time_point now) const;
@@ -356,10 +355,7 @@ void tcp_store_server::impl::mark_dead(connection& c) {
 
 void tcp_store_server::impl::handshake_done(connection& c) {
   handshakes.erase({c.handshake_deadline, c.id});
-  if (paused_for_handshakes && handshakes.size() < handshake_quota) {
-    paused_for_handshakes = false;
-    watch_listener(true);
-  }
+  if (paused_for_handshakes && handshakes.size() < handshake_quota) watch_listener(true);
   const auto it = handshakes_from.find(c.address);
   if (it != handshakes_from.end()) {
     it->second.erase({c.handshake_deadline, c.id});
