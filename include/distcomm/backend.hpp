@@ -28,7 +28,12 @@
 //                                        int peer, tag_t tag);
 // a receive that takes a message of any size up to `capacity` and, once complete, writes its size
 // to *got (a larger message fails with mismatch_error): the call check's messages then have the
-// size of what they carry (check/carried.hpp). A backend on which a message
+// size of what they carry (check/carried.hpp). A backend may offer
+//   [[nodiscard]] B::request irecv_any(void* data, std::size_t bytes, int* source, tag_t tag);
+// a receive from any rank (MPI_ANY_SOURCE): it takes the first message on `tag` to arrive that no
+// receive posted earlier takes (one from its sender, or another irecv_any), of exactly `bytes`
+// (mismatch_error otherwise), and once complete *source holds the sender's rank; destroying it
+// before a message matched retracts it, as an irecv. A backend on which a message
 // nobody receives is an error declares `static constexpr bool unreceived_messages_ok = false`
 // (MPI: Open MPI reuses a freed communicator's context id and delivers the message into the next
 // communicator); then such messages (the mismatch check's departure notices) are not sent. A
@@ -164,6 +169,13 @@ template <class B>
 struct has_irecv_up_to<
     B, std::void_t<decltype(std::declval<B&>().irecv_up_to(
            std::declval<void*>(), std::size_t{}, std::declval<std::size_t*>(), int{}, tag_t{}))>>
+    : std::true_type {};
+
+template <class, class = void>
+struct has_irecv_any : std::false_type {};
+template <class B>
+struct has_irecv_any<B, std::void_t<decltype(std::declval<B&>().irecv_any(
+                            std::declval<void*>(), std::size_t{}, std::declval<int*>(), tag_t{}))>>
     : std::true_type {};
 
 // `std::optional<B> split(const std::vector<int>& members, const std::string& name)`: the

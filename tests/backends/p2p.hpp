@@ -4,7 +4,12 @@
 // and cancellation by destruction.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <iterator>
+#include <numeric>
+#include <optional>
+#include <vector>
 
 #include "context.hpp"
 
@@ -13,7 +18,9 @@ namespace backend_suite {
 // Tags of these tests: above every strategy's (strategy/detail.hpp), below MPI's 32767.
 constexpr dc::tag_t tag_ordered = 101, tag_overtake = 102, tag_empty = 103, tag_smaller = 111,
                     tag_larger = 112, tag_larger_rndv = 113, tag_up_to = 114, tag_split = 115,
-                    tag_split_smaller = 116, tag_timeout = 121, tag_cancel = 131;
+                    tag_split_smaller = 116, tag_timeout = 121, tag_cancel = 131, tag_any = 141,
+                    tag_any_first = 142, tag_any_arrival = 143, tag_any_gone = 144,
+                    tag_any_poll = 145;
 
 // Message k of every rank to every other rank on tag_ordered, in int64 elements: a zero-byte one
 // among them, 4,000 and 8,000 bytes (mpi sends them as several messages: backends/mpi/src/
@@ -322,4 +329,135 @@ TEST_CASE_TEMPLATE_DEFINE("point-to-point: destroying a pending receive cancels 
     }  // destroyed while pending
     check_destroyed_receive<E>(b, ctl, ctx.rank, tag_cancel, buf);
   });
+}
+
+// Receives from any rank (irecv_any): every sender's message taken once, each saying its sender;
+// a message goes to the receive posted first among those that may take it; among messages
+// waiting, the one that arrived first; a pending one destroyed leaves the next message to the
+// next receive; a wait past its deadline names "any rank" and the tag.
+TEST_CASE_TEMPLATE_DEFINE("point-to-point: irecv_any takes the first message from any rank", E,
+                          backend_suite_p2p_any) {
+  using namespace backend_suite;
+  using B = typename E::backend;
+  if constexpr (!dc::detail::has_irecv_any<B>::value) {
+    MESSAGE("skipped: this backend has no irecv_any (it matches messages per sender)");
+  } else {
+    E::run([](rank_context<B>& ctx) {
+      REQUIRE(ctx.size >= 2);
+      control<B> ctl(ctx);
+      B b = ctx.make();
+      const int me = ctx.rank;
+      const int p = ctx.size;
+      const auto message = [](int from, int k) {
+        return std::array<std::int64_t, 3>{from * 10 + k, k, from * 10 + k};
+      };
+      // Every other rank sends one message to rank 0, before or after its receives are posted.
+      if (me != 0) {
+        const auto m = message(me, 0);
+        b.isend(m.data(), sizeof m, 0, tag_any).wait(soon());
+      } else {
+        std::vector<int> from(static_cast<std::size_t>(p), -1);
+        std::vector<std::array<std::int64_t, 3>> got(static_cast<std::size_t>(p));
+        std::vector<typename B::request> rs;
+        for (int k = 1; k < p; ++k) {
+          auto& g = got[static_cast<std::size_t>(k)];
+          rs.push_back(
+              b.irecv_any(g.data(), sizeof g, &from[static_cast<std::size_t>(k)], tag_any));
+        }
+        for (auto& r : rs) r.wait(soon());
+        std::vector<int> senders;
+        for (int k = 1; k < p; ++k) {
+          const int q = from[static_cast<std::size_t>(k)];
+          senders.push_back(q);
+          CHECK(got[static_cast<std::size_t>(k)] == message(q, 0));
+        }
+        std::sort(senders.begin(), senders.end());
+        std::vector<int> all(static_cast<std::size_t>(p - 1));
+        std::iota(all.begin(), all.end(), 1);
+        CHECK(senders == all);
+      }
+      ctl.barrier();
+
+      // Rank 1 sends messages 1, 2, 3, 4; rank 0 posts a receive from rank 1, then one from any
+      // rank, then one from any rank, then one from rank 1: they take 1, 2, 3, 4 in that order.
+      if (me == 1) {
+        for (int k = 1; k <= 4; ++k) {
+          const auto m = message(1, k);
+          b.isend(m.data(), sizeof m, 0, tag_any_first).wait(soon());
+        }
+      } else if (me == 0) {
+        std::array<std::array<std::int64_t, 3>, 4> got{};
+        int a = -1, c = -1;
+        auto r1 = b.irecv(got[0].data(), sizeof got[0], 1, tag_any_first);
+        auto r2 = b.irecv_any(got[1].data(), sizeof got[1], &a, tag_any_first);
+        auto r3 = b.irecv_any(got[2].data(), sizeof got[2], &c, tag_any_first);
+        auto r4 = b.irecv(got[3].data(), sizeof got[3], 1, tag_any_first);
+        r4.wait(soon());
+        r3.wait(soon());
+        r2.wait(soon());
+        r1.wait(soon());
+        for (int k = 0; k < 4; ++k) CHECK(got[static_cast<std::size_t>(k)] == message(1, k + 1));
+        CHECK(a == 1);
+        CHECK(c == 1);
+      }
+      ctl.barrier();
+
+      // The last rank's message arrives, then rank 1's (rank 0 polls its backend between): a
+      // receive from any rank posted after both takes the last rank's.
+      // (The local backend completes a send once it is received: waited for at the end.)
+      std::int64_t poll_buf = 0;
+      std::optional<typename B::request> poll, sent;
+      const auto m5 = message(me, 5);
+      if (me == 0) poll.emplace(b.irecv(&poll_buf, sizeof poll_buf, 1, tag_any_poll));
+      for (const int sender : p > 2 ? std::vector<int>{p - 1, 1} : std::vector<int>{1}) {
+        if (me == sender) sent.emplace(b.isend(m5.data(), sizeof m5, 0, tag_any_arrival));
+        ctl.barrier();
+        if (me == 0) CHECK_FALSE(poll->test());  // reads what arrived
+        ctl.barrier();
+      }
+      if (me == 0) {
+        poll.reset();
+        std::array<std::int64_t, 3> got{};
+        int q = -1;
+        b.irecv_any(got.data(), sizeof got, &q, tag_any_arrival).wait(soon());
+        CHECK(q == p - 1);
+        CHECK(got == message(p - 1, 5));
+        if (p > 2) {
+          b.irecv_any(got.data(), sizeof got, &q, tag_any_arrival).wait(soon());
+          CHECK(q == 1);
+        }
+      }
+      if (sent) sent->wait(soon());
+      ctl.barrier();
+
+      // A receive from any rank past its deadline names any rank and the tag; destroyed, it
+      // leaves the next message to the next receive.
+      if (me == 0) {
+        std::array<std::int64_t, 3> old{-5, -5, -5};
+        int q = -7;
+        auto r = b.irecv_any(old.data(), sizeof old, &q, tag_any_gone);
+        try {
+          r.wait(dc::deadline_after(std::chrono::milliseconds(200)));
+          FAIL_CHECK("a receive from any rank completed with nothing sent");
+        } catch (const dc::timeout_error& e) {
+          const std::string m = e.what();
+          CHECK_MESSAGE(m.find("any rank") != std::string::npos, m);
+          CHECK_MESSAGE(m.find("tag " + std::to_string(tag_any_gone)) != std::string::npos, m);
+        }
+        ctl.barrier();
+        std::array<std::int64_t, 3> got{};
+        b.irecv(got.data(), sizeof got, 1, tag_any_gone).wait(soon());
+        CHECK(got == message(1, 6));
+        CHECK(old == std::array<std::int64_t, 3>{-5, -5, -5});
+        CHECK(q == -7);
+      } else {
+        ctl.barrier();
+        if (me == 1) {
+          const auto m = message(1, 6);
+          b.isend(m.data(), sizeof m, 0, tag_any_gone).wait(soon());
+        }
+      }
+      ctl.barrier();
+    });
+  }
 }

@@ -29,20 +29,24 @@ enum op_state : int { queued, copying, done, failed, cancelled };
 struct local_op {
   bool is_send = false;
   int owner = 0;  // the rank that posted it
-  int peer = 0;   // destination of a send, source of a receive
+  int peer = 0;   // destination of a send, source of a receive (any_peer: irecv_any)
   tag_t tag = 0;
   const void* src = nullptr;   // sends
   void* dst = nullptr;         // receives
   std::size_t bytes = 0;       // a receive's capacity where `got` is set (irecv_up_to)
   std::size_t* got = nullptr;  // irecv_up_to: where the message's size goes
+  int* source = nullptr;       // irecv_any: where the sender's rank goes
   std::atomic<int> state{queued};
   std::string error;                 // written before state becomes `failed`
   std::vector<unsigned char> owned;  // the payload of a detached send (src points into it)
 
+  static constexpr int any_peer = -1;
+
   std::string describe() const {
     return std::string(is_send ? "send of " : "receive of ") + std::to_string(bytes) + " bytes " +
-           (is_send ? "to" : "from") + " rank " + std::to_string(peer) + " (tag " +
-           std::to_string(tag) + ")";
+           (is_send ? "to" : "from") +
+           (peer == any_peer ? std::string(" any rank") : " rank " + std::to_string(peer)) +
+           " (tag " + std::to_string(tag) + ")";
   }
 };
 
@@ -131,6 +135,7 @@ struct local_world_state {
     }
     if (send.bytes != 0) std::memcpy(recv.dst, send.src, send.bytes);
     if (recv.got) *recv.got = send.bytes;
+    if (recv.source) *recv.source = send.owner;
     finish(send, done);
     finish(recv, done);
   }
@@ -143,12 +148,17 @@ namespace {
 using detail::local_op;
 using detail::local_world_state;
 
+// The first op of `q` (posting order) on `tag` whose owner (match_owner) or peer is `peer_field`;
+// any_peer on either side matches every rank: a receive from any rank takes the first send to
+// arrive, and a send the first receive from its rank or from any.
 std::shared_ptr<local_op> find_and_take(std::deque<std::shared_ptr<local_op>>& q, int peer_field,
                                         bool match_owner, tag_t tag) {
   for (auto it = q.begin(); it != q.end(); ++it) {
     const local_op& o = **it;
     const int who = match_owner ? o.owner : o.peer;
-    if (who == peer_field && o.tag == tag) {
+    const bool from =
+        who == peer_field || peer_field == local_op::any_peer || who == local_op::any_peer;
+    if (from && o.tag == tag) {
       std::shared_ptr<local_op> found = std::move(*it);
       q.erase(it);
       found->state.store(detail::copying, std::memory_order_relaxed);
@@ -315,6 +325,15 @@ local_request local_backend::irecv(void* data, std::size_t bytes, int peer, tag_
 local_request local_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t* got, int peer,
                                          tag_t tag) {
   check_peer("irecv", peer, world_->size);
+  return post_recv(data, bytes, got, nullptr, peer, tag);
+}
+
+local_request local_backend::irecv_any(void* data, std::size_t bytes, int* source, tag_t tag) {
+  return post_recv(data, bytes, nullptr, source, local_op::any_peer, tag);
+}
+
+local_request local_backend::post_recv(void* data, std::size_t bytes, std::size_t* got, int* source,
+                                       int peer, tag_t tag) {
   if (world_->aborted.load(std::memory_order_acquire)) world_->throw_aborted(rank_);
   auto op = std::make_shared<local_op>();
   op->owner = rank_;
@@ -323,6 +342,7 @@ local_request local_backend::irecv_up_to(void* data, std::size_t bytes, std::siz
   op->dst = data;
   op->bytes = bytes;
   op->got = got;
+  op->source = source;
   detail::mailbox& box = *world_->boxes[static_cast<std::size_t>(rank_)];
   std::shared_ptr<local_op> match;
   {

@@ -103,8 +103,11 @@ enum class shm_op_state { pending, done, failed, cancelled };
 
 struct shm_op {
   bool is_send = false;
+  bool any = false;  // irecv_any's: `peer` is -1 until a message matched it
   int peer = 0;
   tag_t tag = 0;
+  int* source = nullptr;    // irecv_any's: where the sender's rank goes
+  std::uint64_t order = 0;  // a receive's place among this rank's (shm_state::receives)
   std::size_t bytes = 0;
   const unsigned char* src = nullptr;  // a send's next byte to write
   unsigned char* dst = nullptr;        // a receive's buffer
@@ -116,7 +119,8 @@ struct shm_op {
 
   std::string describe() const {
     return std::string(is_send ? "send of " : "receive of ") + std::to_string(bytes) + " bytes " +
-           (is_send ? "to" : "from") + " rank " + std::to_string(peer) + " (tag " +
+           (is_send ? "to" : "from") +
+           (peer < 0 ? std::string(" any rank") : " rank " + std::to_string(peer)) + " (tag " +
            std::to_string(tag) + ")";
   }
 };
@@ -126,6 +130,7 @@ namespace {
 // A message that arrived before its receive was posted, copied aside.
 struct unexpected_msg {
   tag_t tag = 0;
+  std::uint64_t arrival = 0;  // its place among every peer's (shm_state::arrivals)
   std::size_t bytes = 0;
   std::unique_ptr<unsigned char[]> data;
   bool complete = false;
@@ -160,7 +165,10 @@ struct shm_state {
   std::vector<shm::process_watch> watch;
   std::deque<inbound> in;  // by peer (a deque: an inbound does not move)
   std::deque<outbound> out;
-  std::shared_ptr<store> kv;  // owned: children are made over it (split, group_store)
+  std::deque<std::shared_ptr<shm_op>> any_posted;  // irecv_any's no message matched yet, in order
+  std::uint64_t receives = 0;  // receives posted: which of two that match a message came first
+  std::uint64_t arrivals = 0;  // messages set aside: which came first, for irecv_any
+  std::shared_ptr<store> kv;   // owned: children are made over it (split, group_store)
   std::string prefix;
   shm_options opts;
   std::uint64_t generation = 0;  // collectives entered
@@ -353,11 +361,20 @@ struct shm_state {
     in_s.moved = 0;
     in_s.into = nullptr;
     in_s.aside = nullptr;
-    const auto it = std::find_if(in_s.posted.begin(), in_s.posted.end(),
-                                 [&](const std::shared_ptr<shm_op>& op) { return op->tag == tag; });
-    if (it != in_s.posted.end()) {
-      std::shared_ptr<shm_op> op = *it;
-      in_s.posted.erase(it);
+    const auto on_tag = [&](const std::shared_ptr<shm_op>& op) { return op->tag == tag; };
+    const auto it = std::find_if(in_s.posted.begin(), in_s.posted.end(), on_tag);
+    const auto ia = std::find_if(any_posted.begin(), any_posted.end(), on_tag);
+    // The receive posted first takes it: one from s, or one from any rank.
+    const bool any =
+        ia != any_posted.end() && (it == in_s.posted.end() || (*ia)->order < (*it)->order);
+    if (any || it != in_s.posted.end()) {
+      std::shared_ptr<shm_op> op = any ? *ia : *it;
+      if (any) {
+        any_posted.erase(ia);
+        matched_any(*op, s);
+      } else {
+        in_s.posted.erase(it);
+      }
       if (op->bytes != bytes) {
         fail(*op, size_mismatch(s, tag, bytes, op->bytes));  // the bytes are dropped
       } else {
@@ -367,6 +384,7 @@ struct shm_state {
     }
     unexpected_msg& m = in_s.unexpected.emplace_back();
     m.tag = tag;
+    m.arrival = arrivals++;
     m.bytes = bytes;
     m.data.reset(new unsigned char[std::max<std::size_t>(bytes, 1)]);
     in_s.aside = &m;
@@ -395,7 +413,36 @@ struct shm_state {
     if (op.state == shm_op_state::pending) op.state = shm_op_state::done;
   }
 
+  // A message set aside that a receive from q on `tag` would take: the first not claimed yet.
+  std::list<unexpected_msg>::iterator waiting(int q, tag_t tag) {
+    std::list<unexpected_msg>& u = in[static_cast<std::size_t>(q)].unexpected;
+    return std::find_if(u.begin(), u.end(),
+                        [&](const unexpected_msg& m) { return m.tag == tag && !m.claimed; });
+  }
+
+  // A receive from any rank takes a message from s: from now on it is a receive from s.
+  static void matched_any(shm_op& op, int s) {
+    op.peer = s;
+    *op.source = s;
+  }
+
   void post_recv(const std::shared_ptr<shm_op>& op) {
+    op->order = receives++;
+    if (op->any) {
+      // The message that arrived first among those set aside, if any.
+      int from = -1;
+      for (int q = 0; q < size; ++q) {
+        if (q == rank) continue;
+        const auto it = waiting(q, op->tag);
+        if (it == in[static_cast<std::size_t>(q)].unexpected.end()) continue;
+        if (from < 0 || it->arrival < waiting(from, op->tag)->arrival) from = q;
+      }
+      if (from < 0) {
+        any_posted.push_back(op);
+        return;
+      }
+      matched_any(*op, from);
+    }
     inbound& in_s = in[static_cast<std::size_t>(op->peer)];
     for (auto it = in_s.unexpected.begin(); it != in_s.unexpected.end(); ++it) {
       if (it->tag != op->tag || it->claimed) continue;
@@ -431,6 +478,10 @@ struct shm_state {
       }
       return;
     }
+    if (op->peer < 0) {  // from any rank, and none matched it
+      any_posted.erase(std::remove(any_posted.begin(), any_posted.end(), op), any_posted.end());
+      return;
+    }
     inbound& in_s = in[static_cast<std::size_t>(op->peer)];
     in_s.posted.erase(std::remove(in_s.posted.begin(), in_s.posted.end(), op), in_s.posted.end());
     if (in_s.into == op) in_s.into = nullptr;  // the rest of the message is dropped
@@ -459,6 +510,33 @@ struct shm_state {
       throw peer_lost_error("shm: rank " + std::to_string(q) + " aborted: " +
                             std::string(h.reason, strnlen(h.reason, sizeof h.reason)));
     }
+  }
+
+  // Between polls, without mu: peer_lost_error when the rank `op` waits for aborted, or (slow: a
+  // system call per rank) exited before it completed, what it wrote before going read first.
+  // True when that reading completed it. A receive from any rank that no message matched yet
+  // waits for every peer: one that aborted fails it, and it is lost once every peer exited.
+  bool check_alive(shm_op& op, bool slow) {
+    int q = op.peer;
+    if (op.any) {
+      const std::lock_guard<std::mutex> lock(mu);
+      q = op.peer;
+    }
+    for (int p = 0; p < size; ++p) {
+      if (p != rank && (q < 0 || p == q)) check_aborted(p);
+    }
+    if (!slow) return false;
+    for (int p = 0; p < size; ++p) {
+      if (p != rank && (q < 0 || p == q) && !watch[static_cast<std::size_t>(p)].exited()) {
+        return false;
+      }
+    }
+    const std::lock_guard<std::mutex> lock(mu);
+    progress();
+    if (op.state != shm_op_state::pending) return op.state == shm_op_state::done;
+    if (op.peer >= 0) throw_lost(op);
+    throw peer_lost_error("shm: every other rank exited (or was killed) before the " +
+                          op.describe() + " completed");
   }
 
   // Polls done() (under mu, after progress()) until it holds: spins briefly, then sleeps on this
@@ -680,29 +758,27 @@ void shm_request::release() noexcept {
 
 bool shm_request::test() {
   if (!op_) return true;
-  const std::lock_guard<std::mutex> lock(state_->mu);
-  if (op_->state == shm_op_state::pending && !state_->aborted) state_->progress();
-  switch (op_->state) {
-    case shm_op_state::done:
-      return true;
-    case shm_op_state::failed:
-      std::rethrow_exception(op_->failure);
-    default:
-      break;
-  }
-  if (state_->aborted) state_->throw_aborted();
-  state_->check_aborted(op_->peer);
-  // Whether the peer is still there costs a system call: asked at most every few milliseconds.
-  const auto now = clock::now();
-  if (now >= state_->next_liveness_check) {
-    state_->next_liveness_check = now + detail::liveness_every;
-    if (state_->watch[static_cast<std::size_t>(op_->peer)].exited()) {
-      state_->progress();  // what it wrote before it went is read first
-      if (op_->state == shm_op_state::done) return true;
-      state_->throw_lost(*op_);
+  bool slow = false;
+  {
+    const std::lock_guard<std::mutex> lock(state_->mu);
+    if (op_->state == shm_op_state::pending && !state_->aborted) state_->progress();
+    switch (op_->state) {
+      case shm_op_state::done:
+        return true;
+      case shm_op_state::failed:
+        std::rethrow_exception(op_->failure);
+      default:
+        break;
+    }
+    if (state_->aborted) state_->throw_aborted();
+    // Whether the peer is still there costs a system call: asked at most every few milliseconds.
+    const auto now = clock::now();
+    if (now >= state_->next_liveness_check) {
+      state_->next_liveness_check = now + detail::liveness_every;
+      slow = true;
     }
   }
-  return false;
+  return state_->check_alive(*op_, slow);
 }
 
 void shm_request::wait(deadline until) {
@@ -714,23 +790,20 @@ void shm_request::wait(deadline until) {
         if (op.state == shm_op_state::failed) std::rethrow_exception(op.failure);
         return op.state == shm_op_state::done;
       },
-      [&](bool slow) {
-        s.check_aborted(op.peer);
-        if (!slow || !s.watch[static_cast<std::size_t>(op.peer)].exited()) return;
-        // Exited: whatever it wrote before is read first; only then is it lost.
-        const std::lock_guard<std::mutex> lock(s.mu);
-        s.progress();
-        if (op.state != shm_op_state::pending) return;
-        s.throw_lost(op);
-      },
-      until);
+      [&](bool slow) { (void)s.check_alive(op, slow); }, until);
   if (!ok) {
-    const std::string what = op.describe();
-    const std::size_t moved = op.moved;
+    std::string what, who;
+    std::size_t moved = 0;
+    {
+      const std::lock_guard<std::mutex> lock(s.mu);
+      what = op.describe();
+      who = op.peer < 0 ? "no rank sent" : "rank " + std::to_string(op.peer) + " did not complete";
+      moved = op.moved;
+    }
     release();
-    throw timeout_error("shm: " + what + " timed out: rank " + std::to_string(op.peer) +
-                        " did not complete it before the deadline (DISTCOMM_TIMEOUT); " +
-                        std::to_string(moved) + " bytes moved");
+    throw timeout_error("shm: " + what + " timed out: " + who +
+                        " it before the deadline (DISTCOMM_TIMEOUT); " + std::to_string(moved) +
+                        " bytes moved");
   }
 }
 
@@ -907,16 +980,31 @@ shm_request shm_backend::isend(const void* data, std::size_t bytes, int peer, ta
 }
 
 shm_request shm_backend::irecv(void* data, std::size_t bytes, int peer, tag_t tag) {
+  return post_recv(data, bytes, peer, nullptr, tag);
+}
+
+shm_request shm_backend::irecv_any(void* data, std::size_t bytes, int* source, tag_t tag) {
+  return post_recv(data, bytes, -1, source, tag);
+}
+
+shm_request shm_backend::post_recv(void* data, std::size_t bytes, int peer, int* source,
+                                   tag_t tag) {
   (void)state_->exchange_deferred();
   auto op = std::make_shared<shm_op>();
+  op->any = peer < 0;
   op->peer = peer;
+  op->source = source;
   op->tag = tag;
   op->bytes = bytes;
   op->dst = static_cast<unsigned char*>(data);
   const std::lock_guard<std::mutex> lock(state_->mu);
   if (state_->aborted) state_->throw_aborted();
   state_->post_recv(op);
-  state_->pull(peer);
+  if (op->any) {
+    state_->progress();
+  } else {
+    state_->pull(peer);
+  }
   return shm_request(state_, std::move(op));
 }
 

@@ -118,7 +118,8 @@ c10::intrusive_ptr<c10d::Work> process_group::started(c10d::OpType type, distcom
                                                       std::vector<at::Tensor> outputs,
                                                       std::vector<at::Tensor> inputs,
                                                       std::function<void()> finish) {
-  count_collective();
+  // Messages are not collectives: the ranks of a group make different numbers of them.
+  if (!c10d::isP2POp(type)) count_collective();
   return c10::make_intrusive<collective_work>(rank_, type, std::move(w), std::move(outputs),
                                               std::move(inputs), std::move(finish));
 }
@@ -357,10 +358,17 @@ c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tens
   return started(c10d::OpType::RECV, comm_.irecv(view_of(t, "recv tensor"), src, tag), tensors);
 }
 
-c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK(false,
-              "distcomm: recv from any source is not supported: DistComm matches messages per "
-              "sender, in order; name the source rank (dist.recv(tensor, src=...))");
+// The sender's rank lives as long as the receive may write it (the copy-out holds it) and as the
+// work that reports it.
+c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                            int tag) {
+  const at::Tensor& t = single(tensors, "recv");
+  auto source = std::make_shared<int>(-1);
+  auto w = started(c10d::OpType::RECVANYSOURCE,
+                   comm_.irecv_any(view_of(t, "recv tensor"), source.get(), tag), tensors, {},
+                   [source] {});
+  static_cast<collective_work&>(*w).receives_from_any(std::move(source));
+  return w;
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions&) {

@@ -30,8 +30,8 @@ class torch_backend : public torch_backend_base {
  public:
   torch_backend(int rank, int size) : torch_backend_base(rank, size) {}
 
-  // Every rank of a group counts the collectives it starts, in the same order: the sequence
-  // number PyTorch compares across ranks.
+  // Every rank of a group counts the collectives it starts (not its sends and receives), in the
+  // same order: the sequence number PyTorch compares across ranks.
   void setSequenceNumberForGroup() override {}
   std::uint64_t getSequenceNumberForGroup() override { return sequence_; }
 

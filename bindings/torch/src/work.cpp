@@ -85,6 +85,14 @@ bool collective_work::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
+int collective_work::sourceRank() const {
+  TORCH_CHECK(source_ != nullptr, "distcomm: sourceRank() is only for a receive from any rank (",
+              c10d::opTypeToString(opType_), " names its peers)");
+  future_->wait();
+  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  return *source_;
+}
+
 void collective_work::abort() {
   TORCH_CHECK(false,
               "distcomm: a collective cannot be aborted alone; it ends with an error within the "

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "distcomm/async/work.hpp"
@@ -35,11 +36,17 @@ class collective_work final : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout) override;
   void abort() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // A receive from any rank: the sender, once it completed (waits for it first).
+  int sourceRank() const override;
+
+  // Makes this the work of a receive from any rank, whose sender DistComm writes to *source.
+  void receives_from_any(std::shared_ptr<const int> source) { source_ = std::move(source); }
 
  private:
   distcomm::work work_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<const int> source_;  // a receive from any rank's sender
 };
 
 }  // namespace distcomm::torch_binding

@@ -164,6 +164,32 @@ def run_rank(rank, world, url):
             w.wait()
         check(bool((into == prv).all()), f"batch_isend_irecv, 16 MiB from {prv}: {into[:3]}")
 
+        # recv without src: rank 0 takes one message from every other rank, through recv and
+        # through irecv, each saying its sender; transports that match per sender refuse it
+        transport = dist.distributed_c10d._get_default_group().transport
+        if transport.split("/")[0] in ("shm", "local"):
+            if r == 0:
+                senders = []
+                for k in range(1, p):
+                    got = torch.empty(10)
+                    if k % 2:
+                        q = dist.recv(got, tag=6)
+                    else:
+                        w = dist.irecv(got, tag=6)
+                        w.wait()
+                        q = w._source_rank()
+                    check(bool((got == q * 3).all()), f"recv from any rank: {q}, {got[:3]}")
+                    senders.append(q)
+                check(sorted(senders) == list(range(1, p)), f"recv from any rank: {senders}")
+            else:
+                dist.send(torch.full((10,), float(r * 3)), 0, tag=6)
+        elif r == 0:
+            try:
+                dist.recv(torch.empty(1), tag=6)
+                check(False, f"recv from any rank over {transport} completed")
+            except RuntimeError as e:
+                check("cannot receive from any rank" in str(e), str(e))
+
     dist.barrier()
 
     # subgroups: everyone, then each rank alone, then the last two

@@ -263,6 +263,33 @@ class collectives {
   auto send(tensor_view data, int peer, int tag) const { return message(true, data, peer, tag); }
   auto recv(tensor_view data, int peer, int tag) const { return message(false, data, peer, tag); }
 
+  auto recv_any(tensor_view data, int* source, int tag) const {
+    using Backend = typename State::backend_type;
+    check_view("recv_any buffer", data);
+    if (!has_irecv_any<Backend>::value) {
+      throw invalid_argument_error(std::string("recv_any: backend '") + s_.backend_name() +
+                                   "' cannot receive from any rank (it matches messages per "
+                                   "sender); name the source rank, or use local or shm");
+    }
+    if (data.count == 0 || source == nullptr || size() == 1) {
+      throw invalid_argument_error(
+          data.count == 0 ? "recv_any: the buffer is empty, and an empty send posts no message"
+          : source == nullptr
+              ? "recv_any: `source` is null; it is where the sender's rank goes"
+              : "recv_any: this communicator has one rank: no other can send to it");
+    }
+    check_tag("recv_any", tag);
+    const tag_t t = user_tag_base + static_cast<tag_t>(tag);
+    auto fp = fingerprint(check::call_kind::point_to_point, data.count, data.type);
+    return make_call("recv_any", fp, [data, source, t](State& s, deadline) {
+      requests posted;
+      if constexpr (has_irecv_any<Backend>::value) {
+        posted.push_back(s.backend.irecv_any(data.data, data.bytes(), source, t));
+      }
+      return posted;
+    });
+  }
+
   auto sendrecv(tensor_view out, int dest, tensor_view in, int source, int tag) const {
     check_view("sendrecv send buffer", out);
     check_view("sendrecv recv buffer", in);

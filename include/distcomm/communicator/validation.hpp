@@ -87,6 +87,13 @@ inline void check_root(const char* what, int root, int size) {
 }
 
 // A point-to-point message: a peer other than this rank, a user tag.
+inline void check_tag(const char* what, int tag) {
+  if (tag < 0 || static_cast<tag_t>(tag) >= user_tag_base) {
+    throw invalid_argument_error(std::string(what) + ": tag " + std::to_string(tag) +
+                                 " is outside the users' tags, 0 to 2^30 - 1");
+  }
+}
+
 inline void check_peer(const char* what, int peer, int tag, int rank, int size) {
   if (peer < 0 || peer >= size || peer == rank) {
     throw invalid_argument_error(
@@ -94,10 +101,7 @@ inline void check_peer(const char* what, int peer, int tag, int rank, int size) 
         (peer == rank ? " is this rank (copy the data instead)"
                       : " is not a rank (world size " + std::to_string(size) + ")"));
   }
-  if (tag < 0 || static_cast<tag_t>(tag) >= user_tag_base) {
-    throw invalid_argument_error(std::string(what) + ": tag " + std::to_string(tag) +
-                                 " is outside the users' tags, 0 to 2^30 - 1");
-  }
+  check_tag(what, tag);
 }
 
 // The displacements of `counts` (one per rank of `size`) in a buffer of `capacity` elements,

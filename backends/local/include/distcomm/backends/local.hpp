@@ -80,6 +80,8 @@ class local_backend {
   // A message of at most `capacity` bytes; its size goes to *got (backend.hpp).
   [[nodiscard]] local_request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
                                           int peer, tag_t tag);
+  // A message from whichever rank sends on `tag` first; its rank goes to *source (backend.hpp).
+  [[nodiscard]] local_request irecv_any(void* data, std::size_t bytes, int* source, tag_t tag);
   // A send nobody waits for (backend.hpp): the bytes are copied now and stay in the peer's
   // mailbox until it receives them or the world ends.
   void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);
@@ -114,6 +116,8 @@ class local_backend {
   void sync(const char* what, deadline until);
   std::shared_ptr<detail::local_op> post_send(const void* data, std::size_t bytes, int peer,
                                               tag_t tag, std::vector<unsigned char> owned);
+  local_request post_recv(void* data, std::size_t bytes, std::size_t* got, int* source, int peer,
+                          tag_t tag);
 
   std::shared_ptr<detail::local_world_state> world_;
   int rank_ = 0;

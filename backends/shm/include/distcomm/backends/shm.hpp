@@ -120,6 +120,8 @@ class shm_backend {
 
   [[nodiscard]] shm_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] shm_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
+  // A message from whichever rank sends on `tag` first; its rank goes to *source (backend.hpp).
+  [[nodiscard]] shm_request irecv_any(void* data, std::size_t bytes, int* source, tag_t tag);
   // A small send nobody waits for (backend.hpp): copied at once, moved into the ring as this
   // rank's other requests progress; the destructor gives what is left 100 ms.
   void send_detached(const void* data, std::size_t bytes, int peer, tag_t tag);
@@ -168,6 +170,8 @@ class shm_backend {
   const std::string& copy_path() const;
 
  private:
+  shm_request post_recv(void* data, std::size_t bytes, int peer, int* source, tag_t tag);
+
   std::shared_ptr<detail::shm_state> state_;
   int rank_ = 0;
   int size_ = 1;
