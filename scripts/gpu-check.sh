@@ -259,12 +259,14 @@ binding_missing() {
 need_torch_binding() { binding_configured; }
 do_torch_binding() {
   x cmake --build "$BUILD" --parallel "$DISTCOMM_JOBS" --target distcomm_torch || return 1
-  x env PYTHONPATH="$BUILD/python" "$PY" bindings/torch/tests/test_process_group.py
+  x env PYTHONPATH="$BUILD/python" "$PY" bindings/torch/tests/test_process_group.py || return 1
+  # CUDA tensors, 2 ranks sharing the GPU (skips, saying why, where torch sees none)
+  x env PYTHONPATH="$BUILD/python" "$PY" bindings/torch/tests/test_process_group.py --device cuda
 }
 
 # The suite's subset (unittest -k patterns): the collectives, barriers and DDP on CPU.
 SUITE_SUBSET=(-k all_reduce -k broadcast -k all_gather -k reduce_scatter -k barrier
-              -k DistributedDataParallel)
+              -k DistributedDataParallel -k any_source)
 need_torch_suite() { [[ -n "$TORCH" ]] || echo "python3 has no torch"; }
 do_torch_suite() {
   local ok=0 backend world
@@ -281,12 +283,23 @@ do_torch_suite() {
   return $ok
 }
 
-need_ddp_gpu() {
-  no_gpu
-  grep -q -- "--device" examples/torch_ddp/train.py ||
-    echo "examples/torch_ddp/train.py has no --device cuda yet"
+# Two processes share GPU 0: the example CNN under DDP, "gloo" then "distcomm" (both stage CUDA
+# tensors through host memory), each rank saving its final parameters; the ranks of each run must
+# end bitwise equal. The throughput lines go to the summary.
+need_ddp_gpu() { no_gpu; binding_missing; built distcomm-run; }
+do_ddp_gpu() {
+  local backend ok=0
+  for backend in gloo distcomm; do
+    x env PYTHONPATH="$BUILD/python" "$BUILD/bin/distcomm-run" -np 2 --timeout 300 "$PY" \
+      examples/torch_ddp/train.py --device cuda --backend "$backend" --steps 40 \
+      --save "$out/ddp-$backend-{rank}.pt" || { ok=1; continue; }
+    grep "backend $backend)" "$LOG" | tail -1 | sed 's/^/ddp-gpu: /' >>"$SUMMARY.facts"
+    x "$PY" -c 'import sys, torch; a, b = (torch.load(f) for f in sys.argv[1:]); print("bitwise equal across ranks:", torch.equal(a, b)); sys.exit(0 if torch.equal(a, b) else 1)' \
+      "$out/ddp-$backend-0.pt" "$out/ddp-$backend-1.pt" || ok=1
+  done
+  rm -f "$out"/ddp-*.pt  # two files come back from a device run: the summary and the log
+  return $ok
 }
-do_ddp_gpu() { :; }
 
 need_engine_device() { no_gpu; built test_nccl_gpu; }
 do_engine_device() { x "$BUILD/bin/test_nccl_gpu" '--test-case=engine*'; }

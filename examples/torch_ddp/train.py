@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""DistributedDataParallel on CPU over torch.distributed's backend "distcomm" (or "gloo").
+"""DistributedDataParallel over torch.distributed's backend "distcomm" (or "gloo"), on CPU, or
+with --device cuda on the one GPU the processes share (CUDA tensors staged through host memory).
 
 A small CNN (or a 29 M-parameter MLP, --model mlp) learns to classify synthetic 32x32x3 images
 (noisy copies of 10 random templates), so the loss falls. Run it as any DDP script:
@@ -53,7 +54,10 @@ def parse():
     ap.add_argument("--uneven", action="store_true",
                     help="process r runs steps + r steps, under DDP's Join")
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of the throughput")
-    ap.add_argument("--save", help="write the final parameters (one flat tensor) here, rank 0")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the model trains; cuda: GPU 0, which the processes share")
+    ap.add_argument("--save", help="write the final parameters (one flat tensor) here, rank 0; "
+                    "every rank when the name has {rank}")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=0,
                     help="the group's timeout in seconds (default: torch.distributed's)")
@@ -110,6 +114,10 @@ def main():
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(a.threads)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"train.py: --device cuda: this torch ({torch.__version__}, CUDA "
+                 f"{torch.version.cuda}) sees no GPU")
+    dev = torch.device("cuda", 0) if a.device == "cuda" else torch.device("cpu")
     if a.backend == "distcomm":
         import_distcomm_torch()
     group = {}
@@ -142,11 +150,12 @@ def main():
     g = torch.Generator().manual_seed(a.seed)
     templates = torch.randn(10, 3, 32, 32, generator=g)
     labels = torch.randint(0, 10, (1024,), generator=g)
-    data = templates[labels] + torch.randn(1024, 3, 32, 32, generator=g)
+    data = (templates[labels] + torch.randn(1024, 3, 32, 32, generator=g)).to(dev)
+    labels = labels.to(dev)
 
     torch.manual_seed(a.seed)  # same initial parameters everywhere (DDP broadcasts rank 0's too)
-    model = make_model(a.model)
-    ddp = DDP(model)
+    model = make_model(a.model).to(dev)
+    ddp = DDP(model, device_ids=[0] if a.device == "cuda" else None)
     stored = {}
     if a.fp16_hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -157,7 +166,7 @@ def main():
 
     def batch_of(step, s):  # shard s of the global batch of this step
         first = (step * global_batch + s * shard) % len(data)
-        idx = torch.arange(first, first + shard) % len(data)
+        idx = (torch.arange(first, first + shard) % len(data)).to(dev)
         return data[idx], labels[idx]
 
     def train_step(step):
@@ -203,8 +212,9 @@ def main():
             print(f"throughput {timed * global_batch / elapsed:.1f} samples/s "
                   f"({world} processes x {per_rank} samples, {a.model}, backend {a.backend})",
                   flush=True)
-    if a.save and rank == 0:
-        torch.save(torch.cat([p.detach().reshape(-1) for p in model.parameters()]), a.save)
+    if a.save and (rank == 0 or "{rank}" in a.save):
+        torch.save(torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]),
+                   a.save.replace("{rank}", str(rank)))
     dist.destroy_process_group()
 
 

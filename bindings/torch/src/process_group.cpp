@@ -114,6 +114,15 @@ std::string process_group::transport() const {
   return std::string(comm_.backend_name()) + "/" + comm_.strategy_name();
 }
 
+c10::intrusive_ptr<c10d::Work> process_group::started(const host_staging& stage, c10d::OpType type,
+                                                      distcomm::work w,
+                                                      std::vector<at::Tensor> outputs,
+                                                      std::vector<at::Tensor> inputs,
+                                                      std::function<void()> finish) {
+  return started(type, std::move(w), std::move(outputs), stage.keep(std::move(inputs)),
+                 stage.after(std::move(finish)));
+}
+
 c10::intrusive_ptr<c10d::Work> process_group::started(c10d::OpType type, distcomm::work w,
                                                       std::vector<at::Tensor> outputs,
                                                       std::vector<at::Tensor> inputs,
@@ -126,43 +135,50 @@ c10::intrusive_ptr<c10d::Work> process_group::started(c10d::OpType type, distcom
 
 c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
+  host_staging stage;
   const at::Tensor& t = single(tensors, "broadcast");
   TORCH_CHECK(opts.rootTensor == 0, "distcomm: broadcast rootTensor must be 0");
-  return started(c10d::OpType::BROADCAST,
-                 comm_.ibroadcast(view_of(t, "broadcast tensor"), static_cast<int>(opts.rootRank)),
-                 tensors);
+  return started(
+      stage, c10d::OpType::BROADCAST,
+      comm_.ibroadcast(stage.view(t, "broadcast tensor", true), static_cast<int>(opts.rootRank)),
+      tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
+  host_staging stage;
   const at::Tensor& t = single(tensors, "allreduce");
   if (t.is_sparse()) return sparse_allreduce(t, opts);
   return started(
-      c10d::OpType::ALLREDUCE,
-      comm_.iallreduce(view_of(t, "allreduce tensor"), op_of(opts.reduceOp, "allreduce")), tensors);
+      stage, c10d::OpType::ALLREDUCE,
+      comm_.iallreduce(stage.view(t, "allreduce tensor", true), op_of(opts.reduceOp, "allreduce")),
+      tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  host_staging stage;
   std::vector<tensor_view> views;
   views.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) views.push_back(view_of(t, "allreduce_coalesced tensor"));
+  for (const at::Tensor& t : tensors)
+    views.push_back(stage.view(t, "allreduce_coalesced tensor", true));
   // DistComm's grouped allreduce: one fused collective, each tensor reduced on its own.
   return started(
-      c10d::OpType::ALLREDUCE_COALESCED,
+      stage, c10d::OpType::ALLREDUCE_COALESCED,
       comm_.iallreduce(span<const tensor_view>(views), op_of(opts.reduceOp, "allreduce_coalesced")),
       tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::ReduceOptions& opts) {
+  host_staging stage;
   const at::Tensor& t = single(tensors, "reduce");
   TORCH_CHECK(opts.rootTensor == 0, "distcomm: reduce rootTensor must be 0");
-  const tensor_view v = view_of(t, "reduce tensor");
+  const tensor_view v = stage.view(t, "reduce tensor", true);
   const int root = static_cast<int>(opts.rootRank);
   // In place on the root, as PyTorch's; the other ranks' tensors are left as they were.
   return started(
-      c10d::OpType::REDUCE,
+      stage, c10d::OpType::REDUCE,
       comm_.ireduce(v, rank_ == root ? v : tensor_view{}, op_of(opts.reduceOp, "reduce"), root),
       tensors);
 }
@@ -170,30 +186,33 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& te
 c10::intrusive_ptr<c10d::Work> process_group::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
+  host_staging stage;
   const at::Tensor& in = single(inputs, "allgather");
   TORCH_CHECK(outputs.size() == 1, "distcomm: allgather takes one output list per process");
   check_list(outputs[0], static_cast<std::size_t>(size_), in, "allgather output list");
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
-  return started(
-      c10d::OpType::ALLGATHER,
-      comm_.iallgather(view_of(in, "allgather input"), view_of(flat, "allgather output")), parts,
-      {in, flat}, [flat, parts] { unflatten(flat, parts); });
+  return started(stage, c10d::OpType::ALLGATHER,
+                 comm_.iallgather(stage.view(in, "allgather input", false),
+                                  stage.view(flat, "allgather output", true)),
+                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions&) {
+  host_staging stage;
   TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: _allgather_base output has ",
               output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
-  return started(c10d::OpType::_ALLGATHER_BASE,
-                 comm_.iallgather(view_of(input, "_allgather_base input"),
-                                  view_of(output, "_allgather_base output")),
+  return started(stage, c10d::OpType::_ALLGATHER_BASE,
+                 comm_.iallgather(stage.view(input, "_allgather_base input", false),
+                                  stage.view(output, "_allgather_base output", true)),
                  {output}, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
+  host_staging stage;
   TORCH_CHECK(outputs.size() == static_cast<std::size_t>(size_),
               "distcomm: allgather_coalesced needs one output list per rank (", size_, "), got ",
               outputs.size());
@@ -207,35 +226,39 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
   at::Tensor in = inputs.empty() ? at::empty({0}, at::kFloat) : flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = flat_list(outputs);
-  return started(c10d::OpType::ALLGATHER_COALESCED,
-                 comm_.iallgather(view_of(in, "allgather_coalesced input"),
-                                  view_of(flat, "allgather_coalesced output")),
+  return started(stage, c10d::OpType::ALLGATHER_COALESCED,
+                 comm_.iallgather(stage.view(in, "allgather_coalesced input", false),
+                                  stage.view(flat, "allgather_coalesced output", true)),
                  parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::GatherOptions& opts) {
+  host_staging stage;
   const at::Tensor& in = single(inputs, "gather");
   const int root = static_cast<int>(opts.rootRank);
   if (rank_ != root) {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "distcomm: gather takes output tensors on the root rank only");
-    return started(c10d::OpType::GATHER,
-                   comm_.igather(view_of(in, "gather input"), tensor_view{}, root), {}, {in});
+    return started(stage, c10d::OpType::GATHER,
+                   comm_.igather(stage.view(in, "gather input", false), tensor_view{}, root), {},
+                   {in});
   }
   TORCH_CHECK(outputs.size() == 1, "distcomm: gather takes one output list on the root");
   check_list(outputs[0], static_cast<std::size_t>(size_), in, "gather output list");
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
-  return started(c10d::OpType::GATHER,
-                 comm_.igather(view_of(in, "gather input"), view_of(flat, "gather output"), root),
+  return started(stage, c10d::OpType::GATHER,
+                 comm_.igather(stage.view(in, "gather input", false),
+                               stage.view(flat, "gather output", true), root),
                  parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& outputs,
                                                       std::vector<std::vector<at::Tensor>>& inputs,
                                                       const c10d::ScatterOptions& opts) {
+  host_staging stage;
   const at::Tensor& out = single(outputs, "scatter");
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor flat;
@@ -247,33 +270,36 @@ c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& o
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "distcomm: scatter takes input tensors on the root rank only");
   }
-  const tensor_view in = flat.defined() ? view_of(flat, "scatter input") : tensor_view{};
-  return started(c10d::OpType::SCATTER, comm_.iscatter(in, view_of(out, "scatter output"), root),
-                 outputs, {flat});
+  const tensor_view in = flat.defined() ? stage.view(flat, "scatter input", false) : tensor_view{};
+  return started(stage, c10d::OpType::SCATTER,
+                 comm_.iscatter(in, stage.view(out, "scatter output", true), root), outputs,
+                 {flat});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  host_staging stage;
   const at::Tensor& out = single(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1, "distcomm: reduce_scatter takes one input list per process");
   check_list(inputs[0], static_cast<std::size_t>(size_), out, "reduce_scatter input list");
   at::Tensor flat = flatten(inputs[0]);
-  return started(c10d::OpType::REDUCE_SCATTER,
-                 comm_.ireduce_scatter(view_of(flat, "reduce_scatter input"),
-                                       view_of(out, "reduce_scatter output"),
+  return started(stage, c10d::OpType::REDUCE_SCATTER,
+                 comm_.ireduce_scatter(stage.view(flat, "reduce_scatter input", false),
+                                       stage.view(out, "reduce_scatter output", true),
                                        op_of(opts.reduceOp, "reduce_scatter")),
                  outputs, {flat});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  host_staging stage;
   TORCH_CHECK(input.numel() == output.numel() * size_, "distcomm: _reduce_scatter_base input has ",
               input.numel(),
               " elements; it needs world size × output's = ", output.numel() * size_);
-  return started(c10d::OpType::_REDUCE_SCATTER_BASE,
-                 comm_.ireduce_scatter(view_of(input, "_reduce_scatter_base input"),
-                                       view_of(output, "_reduce_scatter_base output"),
+  return started(stage, c10d::OpType::_REDUCE_SCATTER_BASE,
+                 comm_.ireduce_scatter(stage.view(input, "_reduce_scatter_base input", false),
+                                       stage.view(output, "_reduce_scatter_base output", true),
                                        op_of(opts.reduceOp, "_reduce_scatter_base")),
                  {output}, {input});
 }
@@ -281,10 +307,11 @@ c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
-  const tensor_view in = view_of(input, "alltoall_base input");
-  const tensor_view out = view_of(output, "alltoall_base output");
+  host_staging stage;
+  const tensor_view in = stage.view(input, "alltoall_base input", false);
+  const tensor_view out = stage.view(output, "alltoall_base output", true);
   if (output_split_sizes.empty() && input_split_sizes.empty()) {
-    return started(c10d::OpType::ALLTOALL_BASE, comm_.ialltoall(in, out), {output}, {input});
+    return started(stage, c10d::OpType::ALLTOALL_BASE, comm_.ialltoall(in, out), {output}, {input});
   }
   // Split sizes count rows (the first dimension); DistComm counts elements.
   const auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t,
@@ -316,7 +343,7 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(
   const std::vector<std::size_t> send = counts(input_split_sizes, input, "input");
   const std::vector<std::size_t> recv = counts(output_split_sizes, output, "output");
   return started(
-      c10d::OpType::ALLTOALL_BASE,
+      stage, c10d::OpType::ALLTOALL_BASE,
       comm_.ialltoallv(in, span<const std::size_t>(send), out, span<const std::size_t>(recv)),
       {output}, {input});
 }
@@ -324,6 +351,7 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(
 c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& outputs,
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::AllToAllOptions&) {
+  host_staging stage;
   TORCH_CHECK(inputs.size() == static_cast<std::size_t>(size_) && outputs.size() == inputs.size(),
               "distcomm: alltoall takes one input and one output tensor per rank (", size_,
               "), got ", inputs.size(), " and ", outputs.size());
@@ -340,33 +368,39 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& 
   for (const at::Tensor& o : outputs) total += o.numel();
   at::Tensor flat = at::empty({total}, inputs[0].options());  // overwritten: no copy of outputs
   std::vector<at::Tensor> parts = outputs;
-  return started(c10d::OpType::ALLTOALL,
-                 comm_.ialltoallv(view_of(in, "alltoall input"), span<const std::size_t>(send),
-                                  view_of(flat, "alltoall output"), span<const std::size_t>(recv)),
-                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+  return started(
+      stage, c10d::OpType::ALLTOALL,
+      comm_.ialltoallv(stage.view(in, "alltoall input", false), span<const std::size_t>(send),
+                       stage.view(flat, "alltoall output", true), span<const std::size_t>(recv)),
+      parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::send(std::vector<at::Tensor>& tensors, int dst,
                                                    int tag) {
+  host_staging stage;
   const at::Tensor& t = single(tensors, "send");
-  return started(c10d::OpType::SEND, comm_.isend(view_of(t, "send tensor"), dst, tag), tensors);
+  return started(stage, c10d::OpType::SEND,
+                 comm_.isend(stage.view(t, "send tensor", false), dst, tag), tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tensors, int src,
                                                    int tag) {
+  host_staging stage;
   const at::Tensor& t = single(tensors, "recv");
-  return started(c10d::OpType::RECV, comm_.irecv(view_of(t, "recv tensor"), src, tag), tensors);
+  return started(stage, c10d::OpType::RECV,
+                 comm_.irecv(stage.view(t, "recv tensor", true), src, tag), tensors);
 }
 
 // The sender's rank lives as long as the receive may write it (the copy-out holds it) and as the
 // work that reports it.
 c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tensor>& tensors,
                                                             int tag) {
+  host_staging stage;
   const at::Tensor& t = single(tensors, "recv");
   auto source = std::make_shared<int>(-1);
-  auto w = started(c10d::OpType::RECVANYSOURCE,
-                   comm_.irecv_any(view_of(t, "recv tensor"), source.get(), tag), tensors, {},
-                   [source] {});
+  auto w = started(stage, c10d::OpType::RECVANYSOURCE,
+                   comm_.irecv_any(stage.view(t, "recv tensor", true), source.get(), tag), tensors,
+                   {}, [source] {});
   static_cast<collective_work&>(*w).receives_from_any(std::move(source));
   return w;
 }

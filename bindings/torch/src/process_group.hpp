@@ -17,6 +17,7 @@
 #include "distcomm/any_communicator.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/rendezvous/store.hpp"
+#include "tensors.hpp"
 #include "torch_api.hpp"
 
 namespace distcomm::torch_binding {
@@ -81,6 +82,12 @@ class process_group final : public torch_backend {
                                                   const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> started(c10d::OpType type, distcomm::work w,
                                          std::vector<at::Tensor> outputs,
+                                         std::vector<at::Tensor> inputs = {},
+                                         std::function<void()> finish = {});
+  // The same for a collective on `stage`'s views: its host copies live until it completed, and
+  // its results go back into the CUDA tensors before the work completes.
+  c10::intrusive_ptr<c10d::Work> started(const host_staging& stage, c10d::OpType type,
+                                         distcomm::work w, std::vector<at::Tensor> outputs,
                                          std::vector<at::Tensor> inputs = {},
                                          std::function<void()> finish = {});
 

@@ -39,12 +39,36 @@ tensor_view view_of(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.layout() == at::kStrided, "distcomm: ", what, " is ", t.layout(),
               "; only dense tensors are supported");
   TORCH_CHECK(t.device().is_cpu(), "distcomm: ", what, " is on ", t.device(),
-              "; this process group moves CPU tensors (move it with .cpu(), or use the "
-              "\"nccl\" backend for CUDA tensors)");
+              "; this process group moves CPU and CUDA tensors (move it with .cpu())");
   TORCH_CHECK(t.is_contiguous(), "distcomm: ", what,
               " is not contiguous; pass tensor.contiguous() (collectives write the tensor's "
               "storage in place)");
   return tensor_view{t.data_ptr(), static_cast<std::size_t>(t.numel()), dtype_of(t, what)};
+}
+
+tensor_view host_staging::view(const at::Tensor& t, const char* what, bool written) {
+  if (!t.defined() || !t.is_cuda()) return view_of(t, what);
+  TORCH_CHECK(t.is_contiguous(), "distcomm: ", what,
+              " is not contiguous; pass tensor.contiguous() (collectives write the tensor's "
+              "storage in place)");
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(t);  // waits for t's stream
+  host_.push_back(host);
+  if (written) back_.emplace_back(t, host);
+  return view_of(host, what);
+}
+
+std::vector<at::Tensor> host_staging::keep(std::vector<at::Tensor> inputs) const {
+  inputs.insert(inputs.end(), host_.begin(), host_.end());
+  return inputs;
+}
+
+std::function<void()> host_staging::after(std::function<void()> finish) const {
+  if (back_.empty()) return finish;
+  return [back = back_, finish = std::move(finish)] {
+    for (const auto& [device, host] : back) device.copy_(host);
+    if (finish) finish();
+  };
 }
 
 reduce_op op_of(const c10d::ReduceOp& op, const char* what) {

@@ -1,12 +1,15 @@
-// PyTorch tensors as DistComm sees them: a contiguous CPU (or, with NCCL, CUDA) tensor is a
-// tensor_view of its storage; ReduceOps map onto DistComm's. Anything else is refused with a
-// c10::Error (a RuntimeError in Python) that names the argument and says what to pass instead.
+// PyTorch tensors as DistComm sees them: a contiguous CPU tensor is a tensor_view of its storage
+// (a CUDA tensor is staged through host memory: host_staging); ReduceOps map onto DistComm's.
+// Anything else is refused with a c10::Error (a RuntimeError in Python) that names the argument and
+// says what to pass instead.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <cstddef>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "distcomm/core/reduce_op.hpp"
@@ -16,6 +19,27 @@ namespace distcomm::torch_binding {
 
 // `t` as a view; `what` names it in errors ("allreduce tensor").
 tensor_view view_of(const at::Tensor& t, const char* what);
+// CUDA tensors through host memory, for a collective over a transport that moves host memory
+// (every one the binding runs on): each CUDA tensor the collective reads is copied into pinned host
+// memory when the collective is called, on the caller's thread and after the work queued on its
+// stream (the copy waits for it); each one it writes is copied back from there before its work
+// completes, on the thread that completes it (so DDP's hooks, chained on the work's future, see
+// the result). CPU tensors are viewed as they are.
+class host_staging {
+ public:
+  // `t` as a view, or its host copy's when `t` is on a CUDA device; `written`: the collective
+  // writes it (its host copy goes back into `t`).
+  tensor_view view(const at::Tensor& t, const char* what, bool written);
+  // `inputs` and the host copies, which the collective uses until it completed.
+  std::vector<at::Tensor> keep(std::vector<at::Tensor> inputs) const;
+  // The copies back into the CUDA tensors the collective wrote, then `finish`.
+  std::function<void()> after(std::function<void()> finish) const;
+
+ private:
+  std::vector<at::Tensor> host_;                         // every host copy
+  std::vector<std::pair<at::Tensor, at::Tensor>> back_;  // (CUDA tensor, its host copy)
+};
+
 // DistComm's reduction for a ReduceOp: SUM, AVG, PRODUCT, MIN, MAX; the others are refused.
 reduce_op op_of(const c10d::ReduceOp& op, const char* what);
 

@@ -4,7 +4,10 @@ process group, with every ReduceOp and dtype DistComm has, async and blocking, s
 errors a user sees for what it refuses. Run without arguments it starts WORLD ranks as separate
 processes (init method from --init: env, tcp or file) and fails when any rank fails.
 
-    test_process_group.py [--world 2] [--init env|tcp|file]
+    test_process_group.py [--world 2] [--init env|tcp|file] [--device cpu|cuda]
+
+With --device cuda the ranks run the collectives on CUDA tensors of one GPU they share (staged
+through host memory); without a CUDA torch or a GPU it prints why and skips.
 """
 
 import argparse
@@ -19,7 +22,7 @@ import warnings
 import ranks
 
 
-def launch(world, init):
+def launch(world, init, device):
     port = ranks.free_port()
     tmp = tempfile.mkdtemp(prefix="distcomm-torch-")
     if init == "tcp":
@@ -29,7 +32,64 @@ def launch(world, init):
     else:
         url = "env://"
     return ranks.launch(world, lambda rank: [__file__, "--rank", str(rank), "--world", str(world),
-                                            "--url", url], port=port)
+                                            "--url", url, "--device", device], port=port)
+
+
+def run_cuda(rank, world, url):
+    """The collectives DDP and FSDP use, on CUDA tensors of the GPU every rank shares."""
+    import torch
+    import torch.distributed as dist
+    import distcomm_torch  # noqa: F401  (registers "distcomm")
+
+    dist.init_process_group("distcomm", init_method=url, rank=rank, world_size=world)
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    p, r, dev = world, rank, torch.device("cuda", 0)
+    for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
+        t = torch.full((1000,), r + 1, dtype=dt, device=dev) * 1  # queued on the stream
+        dist.all_reduce(t)
+        check(t.is_cuda and bool((t == sum(range(1, p + 1))).all()), f"all_reduce {dt}: {t[:3]}")
+    # async, through the future DDP chains on: the result is in the CUDA tensor when it fires
+    t = torch.full((1 << 20,), float(r), device=dev)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    got = fut.then(lambda f: f.value()[0].sum().item()).wait()
+    check(got == float(sum(range(p))) * (1 << 20), f"all_reduce future: {got}")
+    b = torch.full((7,), float(r), device=dev)
+    dist.broadcast(b, src=p - 1)
+    check(bool((b == p - 1).all()), f"broadcast: {b}")
+    outs = [torch.empty(5, device=dev) for _ in range(p)]
+    dist.all_gather(outs, torch.full((5,), float(r), device=dev))
+    check(all(bool((o == q).all()) for q, o in enumerate(outs)), f"all_gather: {outs}")
+    if hasattr(dist, "all_gather_into_tensor"):
+        whole = torch.empty(3 * p, device=dev)
+        dist.all_gather_into_tensor(whole, torch.full((3,), float(r), device=dev))
+        check(whole.view(p, 3)[:, 0].tolist() == [float(q) for q in range(p)],
+              f"all_gather_into_tensor: {whole}")
+        part = torch.empty(4, device=dev)
+        dist.reduce_scatter_tensor(part, torch.arange(4 * p, dtype=torch.float32, device=dev))
+        check(part.tolist() == [float(p * (4 * r + k)) for k in range(4)],
+              f"reduce_scatter_tensor: {part}")
+    a2a = torch.empty(2 * p, device=dev)
+    dist.all_to_all_single(a2a, torch.full((2 * p,), float(r), device=dev))
+    check(a2a.view(p, 2)[:, 0].tolist() == [float(q) for q in range(p)], f"all_to_all: {a2a}")
+    nxt, prv = (r + 1) % p, (r - 1) % p
+    into = torch.empty(4 << 20, device=dev)
+    works = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, torch.full((4 << 20,), float(r), device=dev), nxt),
+        dist.P2POp(dist.irecv, into, prv)])
+    for w in works:
+        w.wait()
+    check(bool((into == prv).all()), f"isend/irecv: {into[:3]}")
+    dist.destroy_process_group()
+    for f in failures:
+        print(f"rank {r}: FAILED {f}", flush=True)
+    if not failures:
+        print(f"rank {r}: all CUDA checks passed", flush=True)
+    return 1 if failures else 0
 
 
 def run_rank(rank, world, url):
@@ -293,10 +353,18 @@ def main():
     ap.add_argument("--init", choices=["env", "tcp", "file"], default="env")
     ap.add_argument("--rank", type=int)
     ap.add_argument("--url")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
+    if a.device == "cuda" and a.rank is None:
+        import torch
+        if not torch.cuda.is_available():
+            print(f"skipped: --device cuda: this torch ({torch.__version__}, CUDA "
+                  f"{torch.version.cuda}) sees no GPU", flush=True)
+            return 0
     if a.rank is None:
-        return launch(a.world, a.init)
-    return ranks.rank_main(lambda: run_rank(a.rank, a.world, a.url))
+        return launch(a.world, a.init, a.device)
+    body = run_cuda if a.device == "cuda" else run_rank
+    return ranks.rank_main(lambda: body(a.rank, a.world, a.url))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ def _create(store, rank, size, timeout):
 
 if not hasattr(_dist.Backend, BACKEND_NAME.upper()):
     if "devices" in _inspect.signature(_dist.Backend.register_backend).parameters:
-        # torch 2.x: the device types the backend serves (CUDA tensors are refused for now)
-        _dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
+        # torch 2.x: the device types the backend serves (CUDA tensors go through host memory)
+        _dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
     else:  # torch 1.13
         _dist.Backend.register_backend(BACKEND_NAME, _create)
 
