@@ -35,9 +35,8 @@ def launch(world, init, device):
                                             "--url", url, "--device", device], port=port)
 
 
-def run_cuda(rank, world, url):
-    """The collectives DDP and FSDP use, on CUDA tensors of the GPU every rank shares."""
-    import torch
+def checked(body, rank, world, url):
+    """Runs body(rank, world, check) in a "distcomm" group: 1 when any check failed."""
     import torch.distributed as dist
     import distcomm_torch  # noqa: F401  (registers "distcomm")
 
@@ -47,6 +46,19 @@ def run_cuda(rank, world, url):
     def check(cond, what):
         if not cond:
             failures.append(what)
+
+    body(rank, world, check)
+    for f in failures:
+        print(f"rank {rank}: FAILED {f}", flush=True)
+    if not failures:
+        print(f"rank {rank}: all {body.__doc__.split(':')[0]} checks passed", flush=True)
+    return 1 if failures else 0
+
+
+def run_cuda(rank, world, check):
+    """CUDA: the collectives DDP and FSDP use, on CUDA tensors of the GPU every rank shares."""
+    import torch
+    import torch.distributed as dist
 
     p, r, dev = world, rank, torch.device("cuda", 0)
     for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
@@ -85,24 +97,12 @@ def run_cuda(rank, world, url):
         w.wait()
     check(bool((into == prv).all()), f"isend/irecv: {into[:3]}")
     dist.destroy_process_group()
-    for f in failures:
-        print(f"rank {r}: FAILED {f}", flush=True)
-    if not failures:
-        print(f"rank {r}: all CUDA checks passed", flush=True)
-    return 1 if failures else 0
 
 
-def run_rank(rank, world, url):
+def run_rank(rank, world, check):
+    """CPU: every collective, op and dtype, the errors, subgroups."""
     import torch
     import torch.distributed as dist
-    import distcomm_torch  # noqa: F401  (registers "distcomm")
-
-    dist.init_process_group("distcomm", init_method=url, rank=rank, world_size=world)
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
 
     p, r = world, rank
     group = dist.group.WORLD
@@ -340,11 +340,6 @@ def run_rank(rank, world, url):
     # holds. Before the group let it go while closing, this hung every time.
     dist.all_reduce(torch.ones(1 << 20), async_op=True)
     dist.destroy_process_group()
-    for f in failures:
-        print(f"rank {r}: FAILED {f}", flush=True)
-    if not failures:
-        print(f"rank {r}: all checks passed", flush=True)
-    return 1 if failures else 0
 
 
 def main():
@@ -364,7 +359,7 @@ def main():
     if a.rank is None:
         return launch(a.world, a.init, a.device)
     body = run_cuda if a.device == "cuda" else run_rank
-    return ranks.rank_main(lambda: body(a.rank, a.world, a.url))
+    return ranks.rank_main(lambda: checked(body, a.rank, a.world, a.url))
 
 
 if __name__ == "__main__":
