@@ -5,6 +5,8 @@
 // Each backend's main supplies an environment E:
 //   using backend = ...;                           // the backend under test
 //   static constexpr bool cancel_retracts = ...;   // see p2p.hpp, "destroying a pending receive"
+//   static constexpr bool sets_messages_aside = false;  // optional (true without it): a message
+//                                  // waits at its sender until a receive is posted (p2p.hpp)
 //   static void run(const std::function<void(rank_context<backend>&)>& body);
 // run() calls body once per rank of the world: in this process when ranks are processes
 // (mpirun, distcomm-run), on one thread per rank for the local backend.

@@ -14,6 +14,9 @@ struct gloo_env {
   using backend = distcomm::gloo_backend;
   // A destroyed receive that no message matched yet is retracted (backends/gloo/src/gloo_p2p.cpp).
   static constexpr bool cancel_retracts = true;
+  // A message waits at its sender until its receiver posts a receive for it (gloo's unbound
+  // buffers): which of two arrived first is not known before.
+  static constexpr bool sets_messages_aside = false;
 
   static void run(const std::function<void(backend_suite::rank_context<backend>&)>& body) {
     backend_suite::rank_context<backend> ctx{the_job->world.rank, the_job->world.size, [] {

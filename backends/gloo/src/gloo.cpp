@@ -221,6 +221,11 @@ gloo_request gloo_backend::irecv_up_to(void* data, std::size_t bytes, std::size_
   return gloo_request(state_, state_->post_recv(data, bytes, peer, tag, got));
 }
 
+gloo_request gloo_backend::irecv_any(void* data, std::size_t bytes, int* source, tag_t tag) {
+  state_->throw_if_aborted();
+  return gloo_request(state_, state_->post_recv(data, bytes, -1, tag, nullptr, source));
+}
+
 void gloo_backend::abort(const std::string& reason) noexcept {
   try {
     {

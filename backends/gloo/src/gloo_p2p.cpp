@@ -119,8 +119,9 @@ std::string one_decimal(double seconds) {
 }  // namespace
 
 std::string describe(bool send, int peer, tag_t tag, std::size_t bytes) {
-  return std::string(send ? "send to" : "receive from") + " rank " + std::to_string(peer) +
-         " (tag " + std::to_string(tag) + ", " + std::to_string(bytes) + " bytes)";
+  return std::string(send ? "send to" : "receive from") +
+         (peer < 0 ? std::string(" any rank") : " rank " + std::to_string(peer)) + " (tag " +
+         std::to_string(tag) + ", " + std::to_string(bytes) + " bytes)";
 }
 
 // ---- building blocks --------------------------------------------------------------------------
@@ -274,9 +275,11 @@ void gloo_state::check_peer(const gloo_op& op) {
   throw_if_closed(op);
   throw_if_peer_aborted(op, op.peer);
   // gloo fails every transfer still queued on a broken connection, the notice receive among them;
-  // not one whose bytes were arriving at that moment.
-  const gloo_notice& n = notices_in[static_cast<std::size_t>(op.peer)];
-  if (n.buffer) n.buffer->done(false);
+  // not one whose bytes were arriving at that moment. A receive from any rank waits on them all.
+  for (int p = 0; p < static_cast<int>(notices_in.size()); ++p) {
+    const gloo_notice& n = notices_in[static_cast<std::size_t>(p)];
+    if ((op.peer < 0 || p == op.peer) && n.buffer) n.buffer->done(false);
+  }
 }
 
 void gloo_state::rethrow_transport(const gloo_op& op) {
@@ -543,25 +546,39 @@ std::shared_ptr<gloo_op> gloo_state::post_send(const void* data, std::size_t byt
   return op;
 }
 
+// A receive from any rank waits in the channel of every peer for its tag, each with a header
+// receive posted for it; the first channel whose message it takes keeps it (claim()), and the
+// others' header receives stay posted, as a retracted receive's (see the top of this file).
 std::shared_ptr<gloo_op> gloo_state::post_recv(void* data, std::size_t bytes, int peer, tag_t tag,
-                                               std::size_t* got) {
+                                               std::size_t* got, int* source) {
   auto op = std::make_shared<gloo_op>();
   op->peer = peer;
   op->tag = tag;
   op->bytes = bytes;
   op->user = data;
   op->got = got;
+  op->source = source;
+  std::vector<int> from;
+  for (int q = 0; q < size; ++q) {
+    if (peer < 0 ? q != rank : q == peer) from.push_back(q);
+  }
   std::lock_guard<std::mutex> lock(mutex);
-  gloo_channel& ch = channels[{peer, tag}];
   try {
     throw_if_closed(*op);
     reap();
-    ch.waiting.push_back(op);
-    if (ch.slots.size() < ch.waiting.size()) post_slot(ch, peer, tag);
-    progress(ch);  // a message that arrived before this receive
+    for (const int q : from) {
+      gloo_channel& ch = channels[{q, tag}];
+      ch.waiting.push_back(op);
+      if (ch.slots.size() < ch.waiting.size()) post_slot(ch, q, tag);
+    }
+    // A message that arrived before this receive.
+    for (const int q : from) progress(channels[{q, tag}], q);
   } catch (...) {
-    const auto it = std::find(ch.waiting.begin(), ch.waiting.end(), op);
-    if (it != ch.waiting.end()) ch.waiting.erase(it);
+    for (const int q : from) {
+      auto& waiting = channels[{q, tag}].waiting;
+      const auto it = std::find(waiting.begin(), waiting.end(), op);
+      if (it != waiting.end()) waiting.erase(it);
+    }
     rethrow_transport(*op);
   }
   return op;
@@ -574,19 +591,34 @@ void gloo_state::post_slot(gloo_channel& ch, int peer, tag_t tag) {
   ch.slots.push_back(std::move(block));
 }
 
-void gloo_state::progress(gloo_channel& ch) {
+void gloo_state::progress(gloo_channel& ch, int peer) {
   while (!ch.waiting.empty() && !ch.slots.empty() && ch.slots.front()->buffer->arrived(false)) {
     std::shared_ptr<gloo_block> slot = std::move(ch.slots.front());
     ch.slots.pop_front();
     const std::shared_ptr<gloo_op> op = std::move(ch.waiting.front());
     ch.waiting.pop_front();
+    if (op->peer < 0) claim(*op, peer);
     match(*op, *slot);
     recycle(std::move(slot));
   }
 }
 
+void gloo_state::claim(gloo_op& op, int peer) {
+  op.peer = peer;
+  *op.source = peer;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank || q == peer) continue;
+    const auto it = channels.find({q, op.tag});
+    if (it == channels.end()) continue;
+    auto& waiting = it->second.waiting;
+    waiting.erase(std::remove_if(waiting.begin(), waiting.end(),
+                                 [&](const std::shared_ptr<gloo_op>& w) { return w.get() == &op; }),
+                  waiting.end());
+  }
+}
+
 void gloo_state::progress_all() {
-  for (auto& [key, ch] : channels) progress(ch);
+  for (auto& [key, ch] : channels) progress(ch, key.first);
 }
 
 void gloo_state::match(gloo_op& op, gloo_block& slot) {
@@ -709,7 +741,13 @@ void gloo_state::wait(gloo_op& op, deadline until) {
       const auto now = clock::now();
       if (now >= until) {
         throw_if_peer_aborted(op);
-        const std::string why = trace(op);
+        int from = 0;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          from = op.peer;
+        }
+        // A receive from any rank no message matched has nobody to ask.
+        const std::string why = from >= 0 ? trace(op) : "no rank sent a message on its tag";
         if (poll(op)) return;  // it completed while the peers answered
         throw timeout_error("gloo: " + describe(op.send, op.peer, op.tag, op.bytes) + " on rank " +
                             std::to_string(rank) + " did not complete before its deadline; " + why);
@@ -774,9 +812,12 @@ void gloo_state::cancel(const std::shared_ptr<gloo_op>& op) noexcept {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!op->send && op->at == gloo_op::stage::matching) {
-        // Not matched: retract it. Its slot takes the next message for the next receive.
-        const auto it = channels.find({op->peer, op->tag});
-        if (it != channels.end()) {
+        // Not matched: retract it (from every channel, one from any rank). Its slot takes the
+        // next message for the next receive.
+        for (int q = 0; q < size; ++q) {
+          if (op->peer >= 0 ? q != op->peer : q == rank) continue;
+          const auto it = channels.find({q, op->tag});
+          if (it == channels.end()) continue;
           auto& waiting = it->second.waiting;
           const auto w = std::find(waiting.begin(), waiting.end(), op);
           if (w != waiting.end()) waiting.erase(w);

@@ -86,11 +86,12 @@ struct gloo_op {
   enum class stage { matching, payload, done };  // of a receive
 
   bool send = false;
-  int peer = 0;
+  int peer = 0;  // -1: a receive from any rank no message matched yet (irecv_any)
   tag_t tag = 0;
   std::size_t bytes = 0;
   void* user = nullptr;        // receive destination
   std::size_t* got = nullptr;  // irecv_up_to: `bytes` is a capacity, the size goes here
+  int* source = nullptr;       // irecv_any: the sender's rank goes here
   stage at = stage::matching;
   std::exception_ptr error;                 // found while matching (mismatch, failed post)
   std::shared_ptr<gloo_block> head;         // send: size word (and the payload when small)
@@ -247,8 +248,9 @@ struct gloo_state {
   // Null for a small send: complete at once.
   std::shared_ptr<gloo_op> post_send(const void* data, std::size_t bytes, int peer, tag_t tag,
                                      bool notice = false);
+  // peer -1: from any rank, whose rank goes to *source (every channel of the tag waits for it).
   std::shared_ptr<gloo_op> post_recv(void* data, std::size_t bytes, int peer, tag_t tag,
-                                     std::size_t* got = nullptr);
+                                     std::size_t* got = nullptr, int* source = nullptr);
   // Completes op if it can without waiting; true when it is complete.
   bool poll(gloo_op& op);
   void wait(gloo_op& op, deadline until);
@@ -267,8 +269,10 @@ struct gloo_state {
   // Drops the transfers in `in_flight` that gloo is done with.
   void reap();
   void post_slot(gloo_channel& ch, int peer, tag_t tag);
-  // Matches the channel's arrived messages to its waiting receives, in order.
-  void progress(gloo_channel& ch);
+  // Matches the channel's arrived messages (from `peer`) to its waiting receives, in order.
+  void progress(gloo_channel& ch, int peer);
+  // A receive from any rank takes a message from `peer`: it leaves the tag's other channels.
+  void claim(gloo_op& op, int peer);
   void progress_all();
   void match(gloo_op& op, gloo_block& slot);
   void drain(int peer, tag_t tag, std::size_t bytes);

@@ -112,6 +112,10 @@ class gloo_backend {
   [[nodiscard]] gloo_request isend(const void* data, std::size_t bytes, int peer, tag_t tag);
   [[nodiscard]] gloo_request irecv(void* data, std::size_t bytes, int peer, tag_t tag);
   // A message of at most `capacity` bytes; its size goes to *got (backend.hpp).
+  // A message from whichever rank's on `tag` is matched first; its rank goes to *source
+  // (backend.hpp). Matched when this rank polls, per channel: among messages that arrived
+  // between two polls, the lowest rank's.
+  [[nodiscard]] gloo_request irecv_any(void* data, std::size_t bytes, int* source, tag_t tag);
   [[nodiscard]] gloo_request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
                                          int peer, tag_t tag);
   // A small send nobody waits for (backend.hpp): copied at once; teardown gives it 100 ms to be
