@@ -247,6 +247,45 @@ void check_messages_in_flight(Comm& comm, int me, int p) {
   CHECK(sum == static_cast<std::int64_t>(p) * (p - 1) / 2);
 }
 
+// recv_any: where the backend cannot, an invalid_argument_error naming it; where it can, rank 0
+// takes one message from every other rank, blocking and not, each saying its sender. An empty
+// buffer is refused after the backend's ability is: so every rank learns which, posting nothing.
+template <class Comm>
+void check_receive_from_any(Comm& comm, int me, int p) {
+  int from = -1;
+  std::int64_t x = 0;
+  bool can = true;
+  try {
+    comm.recv_any(dc::view(&x, 0), &from, 9);
+    FAIL_CHECK("recv_any of an empty buffer was not refused");
+  } catch (const dc::invalid_argument_error& e) {
+    const std::string m = e.what();
+    can = m.find("cannot receive from any rank") == std::string::npos;
+    if (!can) CHECK_MESSAGE(m.find(comm.backend_name()) != std::string::npos, m);
+  }
+  if (!can) return;
+  if (me != 0) {
+    const std::int64_t mine = 1000 + me;
+    comm.send(dc::view(&mine, 1), 0, 9);
+    return;
+  }
+  std::vector<int> senders;
+  for (int k = 1; k < p; ++k) {
+    x = -1;
+    if (k % 2) {
+      comm.recv_any(dc::view(&x, 1), &from, 9);
+    } else {
+      comm.irecv_any(dc::view(&x, 1), &from, 9).wait();
+    }
+    CHECK(x == 1000 + from);
+    senders.push_back(from);
+  }
+  std::sort(senders.begin(), senders.end());
+  std::vector<int> all(static_cast<std::size_t>(p - 1));
+  std::iota(all.begin(), all.end(), 1);
+  CHECK(senders == all);
+}
+
 // Users' messages: a pipeline (each rank receives from the one before and sends on), an
 // exchange around the ring with sendrecv, blocking and not, and arguments refused at once.
 template <class Comm>
@@ -276,6 +315,7 @@ void check_messages(Comm& comm, int me, int p) {
   CHECK(in[6] == right);
   CHECK(in[7] == -1.0);
   check_messages_in_flight(comm, me, p);
+  check_receive_from_any(comm, me, p);
   CHECK_THROWS_AS(comm.send(dc::view(v.data(), 1), me, 0), dc::invalid_argument_error);
   CHECK_THROWS_AS(comm.recv(dc::view(v.data(), 1), right, -1), dc::invalid_argument_error);
   CHECK_THROWS_AS((void)comm.isend(dc::view(v.data(), 1), right, 1 << 30),

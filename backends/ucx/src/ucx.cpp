@@ -96,6 +96,9 @@ ucp_tag_t make_tag(int source, tag_t tag) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(source)) << 32) | tag;
 }
 constexpr ucp_tag_t full_mask = ~ucp_tag_t{0};
+// A user message from any rank: the sender's bits left out, not the top bit (below).
+constexpr ucp_tag_t any_source_mask = (ucp_tag_t{1} << 63) | 0xffffffffu;
+int source_of(ucp_tag_t t) { return static_cast<int>((t >> 32) & 0x7fffffffu); }
 // The backend's own messages set the top bit, which no user message does (ranks are below
 // 2^31): the connection handshake and the abort notice.
 ucp_tag_t handshake_tag(int source) { return make_tag(source, 0) | (ucp_tag_t{1} << 63); }
@@ -583,7 +586,8 @@ ucx_request::ucx_request(ucx_request&& other) noexcept
       peer_(other.peer_),
       tag_(other.tag_),
       bytes_(other.bytes_),
-      got_(other.got_) {}
+      got_(other.got_),
+      source_(other.source_) {}
 
 ucx_request& ucx_request::operator=(ucx_request&& other) noexcept {
   if (this != &other) {
@@ -595,6 +599,7 @@ ucx_request& ucx_request::operator=(ucx_request&& other) noexcept {
     tag_ = other.tag_;
     bytes_ = other.bytes_;
     got_ = other.got_;
+    source_ = other.source_;
   }
   return *this;
 }
@@ -603,8 +608,9 @@ ucx_request::~ucx_request() { cancel(); }
 
 std::string ucx_request::transfer() const {
   return std::string(kind_ == kind::send ? "send of " : "receive of ") + std::to_string(bytes_) +
-         " bytes " + (kind_ == kind::send ? "to" : "from") + " rank " + std::to_string(peer_) +
-         " (tag " + std::to_string(tag_) + ")";
+         " bytes " + (kind_ == kind::send ? "to" : "from") +
+         (peer_ < 0 ? std::string(" any rank") : " rank " + std::to_string(peer_)) + " (tag " +
+         std::to_string(tag_) + ")";
 }
 
 std::string ucx_request::describe() const { return "ucx: " + transfer(); }
@@ -616,13 +622,16 @@ void ucx_request::cancel() noexcept {
   ucp_request_cancel(s.worker, handle_);
   if (!s.progress_until(released, clock::now() + detail::cancel_grace)) {
     // A transfer UCP could not cancel (a rendezvous in flight): force-closing the endpoint
-    // completes every request on it. The peer is then unusable, and says why.
-    detail::ucx_peer& p = s.peers[static_cast<std::size_t>(peer_)];
-    if (!p.failed) {
-      p.failed = true;
-      p.failure = "its endpoint was closed to cancel a pending transfer";
+    // completes every request on it. The peer is then unusable, and says why. (A receive from
+    // any rank names no endpoint: its rendezvous is given the time to end.)
+    if (peer_ >= 0) {
+      detail::ucx_peer& p = s.peers[static_cast<std::size_t>(peer_)];
+      if (!p.failed) {
+        p.failed = true;
+        p.failure = "its endpoint was closed to cancel a pending transfer";
+      }
+      s.close_endpoint(p, deadline_after(detail::close_limit));
     }
-    s.close_endpoint(p, deadline_after(detail::close_limit));
     if (!s.progress_until(released, deadline_after(detail::close_limit))) {
       // Returning would let UCX write into a buffer the caller is about to free.
       std::fprintf(stderr,
@@ -645,6 +654,10 @@ bool ucx_request::poll() {
     st = ucp_tag_recv_request_test(handle_, &info);
     if (st == UCS_INPROGRESS) return false;
     received = info.length;
+    if (source_ && st == UCS_OK) {
+      peer_ = detail::source_of(info.sender_tag);
+      *source_ = peer_;
+    }
   } else {
     st = ucp_request_check_status(handle_);
     if (st == UCS_INPROGRESS) return false;
@@ -656,7 +669,8 @@ bool ucx_request::poll() {
     throw mismatch_error(describe() + ": the matching send is larger (sizes differ across ranks)");
   }
   if (st != UCS_OK) {
-    const detail::ucx_peer& p = s.peers[static_cast<std::size_t>(peer_)];
+    static const detail::ucx_peer none{};
+    const detail::ucx_peer& p = peer_ < 0 ? none : s.peers[static_cast<std::size_t>(peer_)];
     if (p.failed || detail::is_peer_failure(st)) {
       throw peer_lost_error(describe() + " failed: peer rank " + std::to_string(peer_) + " lost (" +
                             (p.failed ? p.failure : detail::status_text(st)) + ")");
@@ -691,6 +705,7 @@ bool ucx_request::settled() {
     cancel();
     throw peer_lost_error(msg);
   }
+  if (peer_ < 0) return false;  // from any rank: one peer lost does not fail it
   const detail::ucx_peer& p = s.peers[static_cast<std::size_t>(peer_)];
   if (p.failed) {
     const std::string why = p.failure;
@@ -713,8 +728,10 @@ void ucx_request::wait(deadline until) {
     state_->timed_out = true;
     const std::string what = describe();
     cancel();
-    throw timeout_error(what + " timed out: rank " + std::to_string(peer_) +
-                        " did not complete it before the deadline (DISTCOMM_TIMEOUT)");
+    throw timeout_error(what + " timed out: " +
+                        (peer_ < 0 ? std::string("no rank sent it")
+                                   : "rank " + std::to_string(peer_) + " did not complete it") +
+                        " before the deadline (DISTCOMM_TIMEOUT)");
   }
 }
 
@@ -817,16 +834,26 @@ ucx_request ucx_backend::irecv(void* data, std::size_t bytes, int peer, tag_t ta
 ucx_request ucx_backend::irecv_up_to(void* data, std::size_t bytes, std::size_t* got, int peer,
                                      tag_t tag) {
   check_peer("irecv", peer);
+  return post_recv(data, bytes, got, nullptr, peer, tag);
+}
+
+ucx_request ucx_backend::irecv_any(void* data, std::size_t bytes, int* source, tag_t tag) {
+  return post_recv(data, bytes, nullptr, source, -1, tag);
+}
+
+ucx_request ucx_backend::post_recv(void* data, std::size_t bytes, std::size_t* got, int* source,
+                                   int peer, tag_t tag) {
   static unsigned char empty = 0;
   // Always a request (no in-place completion): its length is then read back reliably through
   // ucp_tag_recv_request_test, the one place every size check happens.
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  const ucs_status_ptr_t r =
-      ucp_tag_recv_nbx(state_->worker, bytes == 0 ? &empty : data, bytes,
-                       detail::make_tag(peer, tag), detail::full_mask, &param);
+  const ucs_status_ptr_t r = ucp_tag_recv_nbx(
+      state_->worker, bytes == 0 ? &empty : data, bytes, detail::make_tag(peer < 0 ? 0 : peer, tag),
+      peer < 0 ? detail::any_source_mask : detail::full_mask, &param);
   ucx_request req(state_, nullptr, ucx_request::kind::recv, peer, tag, bytes);
   req.got_ = got;
+  req.source_ = source;
   if (UCS_PTR_IS_ERR(r)) {
     const ucs_status_t st = UCS_PTR_STATUS(r);
     if (st == UCS_ERR_MESSAGE_TRUNCATED) {

@@ -227,7 +227,7 @@ def run_rank(rank, world, check):
         # recv without src: rank 0 takes one message from every other rank, through recv and
         # through irecv, each saying its sender; transports that match per sender refuse it
         transport = dist.distributed_c10d._get_default_group().transport
-        if transport.split("/")[0] in ("shm", "gloo", "local"):
+        if transport.split("/")[0] in ("shm", "gloo", "ucx", "local"):
             if r == 0:
                 senders = []
                 for k in range(1, p):

@@ -269,7 +269,7 @@ class collectives {
     if (!has_irecv_any<Backend>::value) {
       throw invalid_argument_error(std::string("recv_any: backend '") + s_.backend_name() +
                                    "' cannot receive from any rank (it matches messages per "
-                                   "sender); name the source rank, or use local, shm or gloo");
+                                   "sender); name the source rank, or use local, shm, gloo or ucx");
     }
     if (data.count == 0 || source == nullptr || size() == 1) {
       throw invalid_argument_error(

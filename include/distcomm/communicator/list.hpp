@@ -68,8 +68,8 @@
   X(recv, (tensor_view data, int peer, int tag D(0)), (data, peer, tag))                           \
   /* A receive from any rank (MPI_ANY_SOURCE): the first message on `tag` to arrive that no      \
      receive posted before takes; `*source` holds its sender once the call completes. On backends \
-     with irecv_any (local, shm, gloo; backend.hpp), invalid_argument_error naming the backend on \
-     the others; `data` has at least one element (an empty send posts no message). */             \
+     with irecv_any (local, shm, gloo, ucx; backend.hpp), invalid_argument_error naming the      \
+     backend on the others; `data` has at least one element (an empty send posts no message). */  \
   X(recv_any, (tensor_view data, int* source, int tag D(0)), (data, source, tag))                  \
   X(sendrecv, (tensor_view out, int dest, tensor_view in, int source, int tag D(0)),               \
     (out, dest, in, source, tag))                                                                  \

@@ -105,10 +105,11 @@ class [[nodiscard]] ucx_request {
   std::shared_ptr<detail::ucx_state> state_;
   void* handle_ = nullptr;  // the UCX request; null when complete
   kind kind_ = kind::send;
-  int peer_ = -1;
+  int peer_ = -1;  // -1: a receive from any rank not complete yet (irecv_any)
   tag_t tag_ = 0;
   std::size_t bytes_ = 0;
   std::size_t* got_ = nullptr;  // irecv_up_to: where the message's size goes
+  int* source_ = nullptr;       // irecv_any: where the sender's rank goes
 };
 
 // One rank's UCX endpoint set. Movable; use it from one thread at a time.
@@ -154,6 +155,9 @@ class ucx_backend {
   // A message of at most `capacity` bytes; its size goes to *got (backend.hpp).
   [[nodiscard]] ucx_request irecv_up_to(void* data, std::size_t capacity, std::size_t* got,
                                         int peer, tag_t tag);
+  // A message from whichever rank's on `tag` UCP matches first (a receive whose tag mask leaves
+  // out the sender); its rank goes to *source (backend.hpp).
+  [[nodiscard]] ucx_request irecv_any(void* data, std::size_t bytes, int* source, tag_t tag);
 
   // Fails every pending and future wait with peer_lost_error(reason), sends every peer an abort
   // notice (their waits fail too, naming this rank and the reason) and force-closes the
@@ -174,6 +178,8 @@ class ucx_backend {
 
  private:
   void check_peer(const char* what, int peer) const;
+  ucx_request post_recv(void* data, std::size_t bytes, std::size_t* got, int* source, int peer,
+                        tag_t tag);
 
   std::shared_ptr<detail::ucx_state> state_;
   int rank_ = 0;
