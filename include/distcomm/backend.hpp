@@ -44,6 +44,12 @@
 // writes anything, declares `static constexpr bool native_alltoallv_checks_counts = true`; the
 // strategies then skip their own rounds for it.
 //
+// A backend that moves device memory may offer
+//   void host_allgather(const void* in, void* out, std::size_t bytes, deadline until);
+// every rank's `bytes` of host memory `in`, in rank order, into host memory `out`: the group
+// agreements' own exchange (communicator/groups.hpp: split's colors and keys, subset's lists),
+// through device memory of its own.
+//
 // Memory. A backend moves host memory, or CUDA memory when its traits say
 // `.moves(memory_kind::cuda)` (NCCL; a backend without traits declares `static constexpr bool
 // moves_device_memory = true`); tensors must then be memory_kind::cuda. The point-to-point
@@ -169,6 +175,14 @@ template <class B>
 struct has_irecv_up_to<
     B, std::void_t<decltype(std::declval<B&>().irecv_up_to(
            std::declval<void*>(), std::size_t{}, std::declval<std::size_t*>(), int{}, tag_t{}))>>
+    : std::true_type {};
+
+template <class, class = void>
+struct has_host_allgather : std::false_type {};
+template <class B>
+struct has_host_allgather<
+    B, std::void_t<decltype(std::declval<B&>().host_allgather(
+           std::declval<const void*>(), std::declval<void*>(), std::size_t{}, deadline{}))>>
     : std::true_type {};
 
 template <class, class = void>

@@ -117,6 +117,8 @@ struct nccl_state {
   std::size_t scratch_bytes = 0;
   void* fold_acc = nullptr;
   std::size_t fold_acc_bytes = 0;
+  void* host_staging = nullptr;  // host_allgather's
+  std::size_t host_staging_bytes = 0;
   cudaEvent_t complete_event = nullptr;  // nccl_memory::complete
 
   std::mutex mutex;  // guards the fields below
@@ -136,6 +138,7 @@ struct nccl_state {
     cudaSetDevice(device);
     if (barrier_scratch != nullptr) cudaFree(barrier_scratch);
     if (scratch != nullptr) cudaFree(scratch);
+    if (host_staging != nullptr) cudaFree(host_staging);
     if (fold_acc != nullptr) cudaFree(fold_acc);
     if (complete_event != nullptr) cudaEventDestroy(complete_event);
     if (owned && comm != nullptr && !aborted) {
@@ -517,6 +520,21 @@ void* grow(void*& buffer, std::size_t& capacity, std::size_t bytes, cudaStream_t
 }
 
 }  // namespace
+
+void nccl_backend::host_allgather(const void* in, void* out, std::size_t bytes, deadline until) {
+  auto& s = *state_;
+  if (s.aborted) s.throw_aborted("a group agreement");
+  s.use_device();
+  const std::size_t all = bytes * static_cast<std::size_t>(s.size);
+  auto* dev = static_cast<unsigned char*>(
+      grow(s.host_staging, s.host_staging_bytes, bytes + all, s.stream));
+  detail::check_cuda(cudaMemcpyAsync(dev, in, bytes, cudaMemcpyHostToDevice, s.stream),
+                     "cudaMemcpyAsync");
+  native_allgather(dev, dev + bytes, bytes, dtype::u8, until);
+  detail::check_cuda(cudaMemcpyAsync(out, dev + bytes, all, cudaMemcpyDeviceToHost, s.stream),
+                     "cudaMemcpyAsync");
+  memory().complete(until);  // `out` is written once the stream passed the copy
+}
 
 void nccl_memory::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0 || dst == src) return;

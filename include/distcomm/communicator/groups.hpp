@@ -38,8 +38,7 @@ class groups {
   std::optional<Comm> split(int color, int key = 0) {
     std::int64_t mine[2] = {color < 0 ? -1 : color, key};
     std::vector<std::int64_t> all(2 * static_cast<std::size_t>(self().size()));
-    self().allgather(tensor_view{mine, 2, dtype::i64},
-                     tensor_view{all.data(), all.size(), dtype::i64});
+    allgather_host(mine, all.data(), 2);
     std::vector<std::int64_t> colors, keys;
     for (std::size_t r = 0; r < all.size(); r += 2) {
       colors.push_back(all[r]);
@@ -162,9 +161,25 @@ class groups {
   // Every rank's `word`, in rank order (group agreement: lists, host names).
   std::vector<std::uint64_t> allgather_word(std::uint64_t word) {
     std::vector<std::uint64_t> all(static_cast<std::size_t>(self().size()));
-    self().allgather(tensor_view{&word, 1, dtype::i64},
-                     tensor_view{all.data(), all.size(), dtype::i64});
+    allgather_host(&word, all.data(), 1);
     return all;
+  }
+
+  // Every rank's `n` words of host memory, in rank order: the group agreements' exchange. A
+  // backend that moves device memory (NCCL) moves them through its host_allgather (backend.hpp),
+  // once every call started before has completed (its own calls run in order behind them).
+  template <class Word>
+  void allgather_host(Word* mine, Word* all, std::size_t n) {
+    static_assert(sizeof(Word) == sizeof(std::int64_t));
+    using Backend = typename Comm::backend_type;
+    if constexpr (has_host_allgather<Backend>::value) {
+      self().synchronize();
+      self().backend().host_allgather(mine, all, n * sizeof(Word),
+                                      deadline_after(self().settings().timeout));
+    } else {
+      self().allgather(tensor_view{mine, n, dtype::i64},
+                       tensor_view{all, n * static_cast<std::size_t>(self().size()), dtype::i64});
+    }
   }
 };
 

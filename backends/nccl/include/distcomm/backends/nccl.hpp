@@ -186,6 +186,9 @@ class nccl_backend {
   void native_reduce_scatter(const void* in, void* out, std::size_t recv_count, dtype t,
                              reduce_op op, deadline until);
   void native_allgather(const void* in, void* out, std::size_t send_count, dtype t, deadline until);
+  // Every rank's `bytes` of host memory, in rank order, through a device buffer of its own: the
+  // group agreements (split's colors and keys, subset's lists; backend.hpp).
+  void host_allgather(const void* in, void* out, std::size_t bytes, deadline until);
   void native_broadcast(void* data, std::size_t count, dtype t, int root, deadline until);
   void native_barrier(deadline until);
 
