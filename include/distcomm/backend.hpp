@@ -202,6 +202,18 @@ struct has_split<B,
                      std::declval<const std::vector<int>&>(), std::declval<const std::string&>()))>>
     : std::true_type {};
 
+// `std::optional<B> survivors(const std::vector<int>& members, const std::string& name)`: the
+// backend of the survivors after a failure, where split() needs the failed backend's transport
+// (NCCL's communicator is aborted): communicator::shrink makes the survivors' with it, else with
+// split().
+template <class, class = void>
+struct has_survivors : std::false_type {};
+template <class B>
+struct has_survivors<
+    B, std::void_t<decltype(std::declval<B&>().survivors(std::declval<const std::vector<int>&>(),
+                                                         std::declval<const std::string&>()))>>
+    : std::true_type {};
+
 // `std::shared_ptr<store> group_store()`: a namespace of the job's store that is this backend
 // instance's, the same on every member (communicator::shrink agrees there on the survivors).
 template <class, class = void>

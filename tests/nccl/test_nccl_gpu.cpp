@@ -434,6 +434,35 @@ TEST_CASE("strategy parameter_server on the NCCL backend") {
   one_rank_strategy<dc::strategy::parameter_server>();
 }
 
+// shrink() on a backend made from a job: every rank alive, the survivors' communicator is the
+// same group anew (a new NCCL communicator through the group store) and reduces; a backend made
+// over a store it does not own cannot shrink, and says so.
+TEST_CASE("shrink on the NCCL backend") {
+  dc::job j;
+  j.kv = std::make_shared<dc::hash_store>(std::chrono::seconds(30));
+  dc::config c;
+  c.timeout = std::chrono::seconds(60);
+  dc::communicator<dc::nccl_backend, dc::strategy::native, dc::cuda::fusion> comm(
+      dc::nccl_backend(j, 0, std::chrono::seconds(60)), c);
+  auto survivors = comm.shrink();
+  CHECK(survivors.size() == 1);
+  constexpr std::size_t n = 257;
+  const auto a = values(dc::dtype::f32, n, 5);
+  device_bytes din(n * 4), dout(n * 4);
+  cuda_ok(cudaMemcpy(din.at(0), a.data(), n * 4, cudaMemcpyHostToDevice));
+  survivors.allreduce(dc::tensor_view{din.at(0), n, dc::dtype::f32, dc::memory_kind::cuda, 0},
+                      dc::tensor_view{dout.at(0), n, dc::dtype::f32, dc::memory_kind::cuda, 0});
+  std::vector<unsigned char> back(n * 4);
+  cuda_ok(cudaMemcpy(back.data(), dout.at(0), n * 4, cudaMemcpyDeviceToHost));
+  CHECK(back == a);
+
+  dc::hash_store kv(std::chrono::seconds(30));
+  dc::communicator<dc::nccl_backend, dc::strategy::native, dc::cuda::fusion> unowned(
+      dc::nccl_backend(kv, 0, 1, 0, std::chrono::seconds(60)), c);
+  CHECK_THROWS_WITH_AS(unowned.shrink(), doctest::Contains("no store of its own"),
+                       dc::invalid_argument_error);
+}
+
 // split (ncclCommSplit) and alltoall (pairwise over NCCL's send/receive) on one rank: a child of
 // one rank that reduces on its own, and an alltoall that is a copy.
 TEST_CASE("split and alltoall on the NCCL backend") {

@@ -12,6 +12,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/cuda/kernels.hpp"
 #include "distcomm/group/members.hpp"
+#include "distcomm/rendezvous/prefix_store.hpp"
 #include "errors.hpp"
 
 namespace distcomm {
@@ -120,6 +121,9 @@ struct nccl_state {
   void* host_staging = nullptr;  // host_allgather's
   std::size_t host_staging_bytes = 0;
   cudaEvent_t complete_event = nullptr;  // nccl_memory::complete
+  // The job's store (a backend made from a job) and this backend's keys in it: group_store().
+  std::shared_ptr<store> kv;
+  std::string prefix;
 
   std::mutex mutex;  // guards the fields below
   std::atomic<bool> aborted{false};
@@ -253,8 +257,10 @@ namespace {
 
 std::atomic<int> backends_created{0};  // every rank creates its backends in the same order
 
+// `prefix`: this backend's keys in `kv` (default: the next of the process's backends).
 std::shared_ptr<detail::nccl_state> create(store* kv, int rank, int size, int device,
-                                           std::chrono::duration<double> timeout) {
+                                           std::chrono::duration<double> timeout,
+                                           std::string prefix = {}) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw invalid_argument_error("nccl: rank " + std::to_string(rank) + " of world size " +
                                  std::to_string(size) + " is not a valid rank");
@@ -280,7 +286,9 @@ std::shared_ptr<detail::nccl_state> create(store* kv, int rank, int size, int de
     std::memcpy(b.data(), &id, sizeof id);
     return b;
   };
-  const std::string key = "distcomm/nccl/" + std::to_string(backends_created++) + "/unique_id";
+  if (prefix.empty()) prefix = "distcomm/nccl/" + std::to_string(backends_created++);
+  s->prefix = prefix;
+  const std::string key = prefix + "/unique_id";
   const bytes shared =
       (size == 1 || kv == nullptr)
           ? make_id()
@@ -327,6 +335,7 @@ nccl_backend::nccl_backend(const job& j, int device,
     device = devices > 0 ? j.world.local_rank % devices : 0;
   }
   state_ = create(j.kv.get(), j.world.rank, j.world.size, device, or_configured(timeout));
+  state_->kv = j.kv;
 }
 
 nccl_backend::nccl_backend(ncclComm_t comm, ownership kind,
@@ -378,6 +387,27 @@ std::optional<nccl_backend> nccl_backend::split(const std::vector<int>& members,
                         " timed out: the other members of its group did not join");
   }
   return nccl_backend(child, take_ownership, s.timeout);
+}
+
+std::shared_ptr<store> nccl_backend::group_store() const {
+  if (!state_->kv) {
+    throw invalid_argument_error(
+        "nccl: this backend has no store of its own (it was made over a store it does not own, "
+        "or adopts an ncclComm_t): make it from a job (nccl_backend(job, device)) to shrink it");
+  }
+  return std::make_shared<prefix_store>(state_->prefix + "/group/", state_->kv);
+}
+
+std::optional<nccl_backend> nccl_backend::survivors(const std::vector<int>& members,
+                                                    const std::string& name) {
+  if (members.empty()) return std::nullopt;
+  const detail::nccl_state& s = *state_;
+  const int me = detail::position_in(members, s.rank, nccl_backend::name);
+  const std::shared_ptr<store> kv = group_store();
+  auto child = create(kv.get(), me, static_cast<int>(members.size()), s.device, s.timeout,
+                      s.prefix + "/survivors/" + name);
+  child->kv = s.kv;
+  return nccl_backend(std::move(child));
 }
 
 int nccl_backend::rank() const noexcept { return state_->rank; }

@@ -107,7 +107,12 @@ class groups {
       std::shared_ptr<store> kv = s.backend.group_store();
       const std::vector<int> alive =
           agree_survivors(*kv, "shrink/" + epoch, self().rank(), self().size(), window);
-      std::optional<Backend> child = s.backend.split(alive, "shrink" + epoch);
+      std::optional<Backend> child;
+      if constexpr (has_survivors<Backend>::value) {
+        child = s.backend.survivors(alive, "shrink" + epoch);
+      } else {
+        child = s.backend.split(alive, "shrink" + epoch);
+      }
       return Comm(std::move(*child), s.cfg, child_identity(s, "s" + epoch, alive));
     }
   }

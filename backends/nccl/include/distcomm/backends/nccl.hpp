@@ -113,7 +113,7 @@ class nccl_backend {
   static constexpr backend_traits traits =
       backend_traits("nccl", "NCCL on CUDA device memory, one GPU per rank")
           .moves(memory_kind::cuda)
-          .with(capability::processes | capability::store | capability::split)
+          .with(capability::processes | capability::store | capability::split | capability::shrink)
           .default_rank(0);
   static constexpr const char* name = traits.name();
   // NCCL's reduction order depends on its algorithm (ring, tree, NVLS) and protocol.
@@ -200,7 +200,19 @@ class nccl_backend {
   // this backend, including those that join no group (they pass no members).
   std::optional<nccl_backend> split(const std::vector<int>& members, const std::string& name);
 
+  // After a failure, the survivors' backend (communicator::shrink): a new NCCL communicator of
+  // `members` (this rank among them, in their new order) whose unique id they share through the
+  // group store. Not ncclCommSplit or ncclCommShrink: both need the failed communicator alive on
+  // every survivor, and a rank that saw the failure aborted it (ncclCommAbort ends the kernels
+  // that wait for a lost peer).
+  std::optional<nccl_backend> survivors(const std::vector<int>& members, const std::string& name);
+  // This backend's namespace of the job's store (made from a job; invalid_argument_error when it
+  // was made over a store it does not own, or adopted).
+  std::shared_ptr<store> group_store() const;
+
  private:
+  explicit nccl_backend(std::shared_ptr<detail::nccl_state> s) noexcept : state_(std::move(s)) {}
+
   std::shared_ptr<detail::nccl_state> state_;
 };
 
