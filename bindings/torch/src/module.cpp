@@ -2,9 +2,11 @@
 // (python/distcomm_torch/__init__.py registers it as the backend "distcomm").
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <vector>
 
 #include "process_group.hpp"
 
@@ -33,7 +35,21 @@ PYBIND11_MODULE(_C, m) {
   py::class_<process_group, distcomm::torch_binding::torch_backend_base,
              c10::intrusive_ptr<process_group>>(m, "ProcessGroupDistComm")
       .def_property_readonly("transport", &process_group::transport,
-                             "the DistComm backend and strategy under the group, e.g. 'gloo/auto'");
+                             "the DistComm backend and strategy under the group, e.g. 'gloo/auto'")
+      // FSDP's coalesced forms, which torch 2.1 and later call through the group themselves;
+      // here for torch versions that have none (1.13).
+      .def(
+          "allgather_into_tensor_coalesced",
+          [](process_group& g, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs) {
+            return g.allgather_into_tensor_coalesced(outputs, inputs, c10d::AllgatherOptions());
+          },
+          py::arg("outputs"), py::arg("inputs"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "reduce_scatter_tensor_coalesced",
+          [](process_group& g, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs) {
+            return g.reduce_scatter_tensor_coalesced(outputs, inputs, c10d::ReduceScatterOptions());
+          },
+          py::arg("outputs"), py::arg("inputs"), py::call_guard<py::gil_scoped_release>());
   m.def("create_process_group", &create, py::arg("store"), py::arg("rank"), py::arg("size"),
         py::arg("timeout"),
         "The process group of rank `rank` of `size`, connected through `store` within `timeout`");

@@ -232,6 +232,74 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
                  parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
+namespace {
+
+// Every pair (outputs[i] of `times` × inputs[i]'s elements, one dtype, contiguous), checked;
+// `what` names the call.
+void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                 std::int64_t times, bool outputs_larger, const char* what) {
+  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "distcomm: ", what,
+              " takes as many outputs as inputs, at least one; got ", outputs.size(), " and ",
+              inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& small = outputs_larger ? inputs[i] : outputs[i];
+    const at::Tensor& large = outputs_larger ? outputs[i] : inputs[i];
+    TORCH_CHECK(large.numel() == small.numel() * times, "distcomm: ", what, " pair ", i, ": ",
+                large.numel(), " elements where world size × ", small.numel(), " are needed");
+    TORCH_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type() &&
+                    outputs[i].scalar_type() == inputs[0].scalar_type(),
+                "distcomm: ", what, " tensors must share one dtype");
+    TORCH_CHECK(outputs[i].is_contiguous(), "distcomm: ", what, " output ", i,
+                " is not contiguous");
+  }
+}
+
+// Block q of each tensor of `list` (each holds `blocks` blocks), for every q, in that order.
+std::vector<at::Tensor> blocks_by_rank(const std::vector<at::Tensor>& list, std::int64_t blocks) {
+  std::vector<at::Tensor> parts;
+  for (std::int64_t q = 0; q < blocks; ++q) {
+    for (const at::Tensor& t : list) {
+      const std::int64_t n = t.numel() / blocks;
+      parts.push_back(t.reshape({-1}).narrow(0, q * n, n));
+    }
+  }
+  return parts;
+}
+
+}  // namespace
+
+// Every rank's inputs, packed, in one allgather; rank q's block of output i is its input i.
+c10::intrusive_ptr<c10d::Work> process_group::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  host_staging stage;
+  check_pairs(outputs, inputs, size_, true, "allgather_into_tensor_coalesced");
+  at::Tensor in = flatten(inputs);
+  at::Tensor flat = at::empty({in.numel() * size_}, in.options());
+  std::vector<at::Tensor> parts = blocks_by_rank(outputs, size_);  // views of the outputs
+  return started(stage, c10d::OpType::ALLGATHER_COALESCED,
+                 comm_.iallgather(stage.view(in, "allgather_into_tensor_coalesced input", false),
+                                  stage.view(flat, "allgather_into_tensor_coalesced output", true)),
+                 outputs, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+}
+
+// Block q of every input, for every q, packed: one reduce-scatter gives this rank's block of each.
+c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  host_staging stage;
+  check_pairs(outputs, inputs, size_, false, "reduce_scatter_tensor_coalesced");
+  at::Tensor packed = flatten(blocks_by_rank(inputs, size_));
+  at::Tensor out = at::empty({packed.numel() / size_}, packed.options());
+  std::vector<at::Tensor> parts = outputs;
+  return started(
+      stage, c10d::OpType::REDUCE_SCATTER,
+      comm_.ireduce_scatter(stage.view(packed, "reduce_scatter_tensor_coalesced input", false),
+                            stage.view(out, "reduce_scatter_tensor_coalesced output", true),
+                            op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced")),
+      outputs, {packed, out}, [out, parts] { unflatten(out, parts); });
+}
+
 c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::GatherOptions& opts) {

@@ -17,6 +17,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+// Collectives torch 2.1 and later declare on c10d::Backend (FSDP's coalesced forms) and 1.13 does
+// not: overrides there, plain members here, compiled alike.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define DISTCOMM_TORCH_2_1_OVERRIDE override
+#else
+#define DISTCOMM_TORCH_2_1_OVERRIDE
+#endif
+
 namespace distcomm::torch_binding {
 
 #if TORCH_VERSION_MAJOR >= 2

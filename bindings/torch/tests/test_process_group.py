@@ -252,6 +252,24 @@ def run_rank(rank, world, check):
 
     dist.barrier()
 
+    # FSDP's coalesced forms: one allgather (reduce-scatter) of every pair at once (torch 2.1
+    # calls them itself; the group's own methods here)
+    pg = dist.distributed_c10d._get_default_group()
+    if hasattr(pg, "_get_backend"):
+        pg = pg._get_backend(torch.device("cpu"))
+    ins = [torch.full((3,), float(r)), torch.full((2,), float(10 + r))]
+    outs = [torch.empty(3 * p), torch.empty(2 * p)]
+    pg.allgather_into_tensor_coalesced(outs, ins).wait()
+    check(outs[0].view(p, 3)[:, 0].tolist() == [float(q) for q in range(p)] and
+          outs[1].view(p, 2)[:, 1].tolist() == [10.0 + q for q in range(p)],
+          f"allgather_into_tensor_coalesced: {outs}")
+    ins = [torch.arange(4 * p, dtype=torch.float32), torch.arange(2 * p, dtype=torch.float32)]
+    outs = [torch.empty(4), torch.empty(2)]
+    pg.reduce_scatter_tensor_coalesced(outs, ins).wait()
+    check(outs[0].tolist() == [float(p * (4 * r + k)) for k in range(4)] and
+          outs[1].tolist() == [float(p * (2 * r + k)) for k in range(2)],
+          f"reduce_scatter_tensor_coalesced: {outs}")
+
     # subgroups: everyone, then each rank alone, then the last two
     everyone = dist.new_group(list(range(p)), backend="distcomm")
     t = torch.ones(8)
