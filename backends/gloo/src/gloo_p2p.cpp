@@ -558,30 +558,34 @@ std::shared_ptr<gloo_op> gloo_state::post_recv(void* data, std::size_t bytes, in
   op->user = data;
   op->got = got;
   op->source = source;
-  std::vector<int> from;
-  for (int q = 0; q < size; ++q) {
-    if (peer < 0 ? q != rank : q == peer) from.push_back(q);
-  }
   std::lock_guard<std::mutex> lock(mutex);
   try {
     throw_if_closed(*op);
     reap();
-    for (const int q : from) {
+    for_each_source(peer, [&](int q) {
       gloo_channel& ch = channels[{q, tag}];
       ch.waiting.push_back(op);
       if (ch.slots.size() < ch.waiting.size()) post_slot(ch, q, tag);
-    }
+    });
     // A message that arrived before this receive.
-    for (const int q : from) progress(channels[{q, tag}], q);
+    for_each_source(peer, [&](int q) { progress(channels[{q, tag}], q); });
   } catch (...) {
-    for (const int q : from) {
-      auto& waiting = channels[{q, tag}].waiting;
-      const auto it = std::find(waiting.begin(), waiting.end(), op);
-      if (it != waiting.end()) waiting.erase(it);
-    }
+    unwait(*op, peer, -1);
     rethrow_transport(*op);
   }
   return op;
+}
+
+void gloo_state::unwait(const gloo_op& op, int peer, int keep) {
+  for_each_source(peer, [&](int q) {
+    if (q == keep) return;
+    const auto it = channels.find({q, op.tag});
+    if (it == channels.end()) return;
+    auto& waiting = it->second.waiting;
+    waiting.erase(std::remove_if(waiting.begin(), waiting.end(),
+                                 [&](const std::shared_ptr<gloo_op>& w) { return w.get() == &op; }),
+                  waiting.end());
+  });
 }
 
 void gloo_state::post_slot(gloo_channel& ch, int peer, tag_t tag) {
@@ -606,15 +610,7 @@ void gloo_state::progress(gloo_channel& ch, int peer) {
 void gloo_state::claim(gloo_op& op, int peer) {
   op.peer = peer;
   *op.source = peer;
-  for (int q = 0; q < size; ++q) {
-    if (q == rank || q == peer) continue;
-    const auto it = channels.find({q, op.tag});
-    if (it == channels.end()) continue;
-    auto& waiting = it->second.waiting;
-    waiting.erase(std::remove_if(waiting.begin(), waiting.end(),
-                                 [&](const std::shared_ptr<gloo_op>& w) { return w.get() == &op; }),
-                  waiting.end());
-  }
+  unwait(op, -1, peer);
 }
 
 void gloo_state::progress_all() {
@@ -814,14 +810,7 @@ void gloo_state::cancel(const std::shared_ptr<gloo_op>& op) noexcept {
       if (!op->send && op->at == gloo_op::stage::matching) {
         // Not matched: retract it (from every channel, one from any rank). Its slot takes the
         // next message for the next receive.
-        for (int q = 0; q < size; ++q) {
-          if (op->peer >= 0 ? q != op->peer : q == rank) continue;
-          const auto it = channels.find({q, op->tag});
-          if (it == channels.end()) continue;
-          auto& waiting = it->second.waiting;
-          const auto w = std::find(waiting.begin(), waiting.end(), op);
-          if (w != waiting.end()) waiting.erase(w);
-        }
+        unwait(*op, op->peer, -1);
         return;
       }
       if (op->at != gloo_op::stage::payload) return;

@@ -273,6 +273,19 @@ struct gloo_state {
   void progress(gloo_channel& ch, int peer);
   // A receive from any rank takes a message from `peer`: it leaves the tag's other channels.
   void claim(gloo_op& op, int peer);
+  // The ranks a receive from `peer` waits on: `peer`, or every other rank (-1: from any rank).
+  template <class F>
+  void for_each_source(int peer, F&& f) const {
+    if (peer >= 0) {
+      f(peer);
+      return;
+    }
+    for (int q = 0; q < size; ++q) {
+      if (q != rank) f(q);
+    }
+  }
+  // Takes op out of the waiting receives of every rank it waits on (`peer`) but `keep`.
+  void unwait(const gloo_op& op, int peer, int keep);
   void progress_all();
   void match(gloo_op& op, gloo_block& slot);
   void drain(int peer, tag_t tag, std::size_t bytes);

@@ -522,14 +522,15 @@ struct shm_state {
       const std::lock_guard<std::mutex> lock(mu);
       q = op.peer;
     }
-    for (int p = 0; p < size; ++p) {
-      if (p != rank && (q < 0 || p == q)) check_aborted(p);
+    // The ranks it waits for: q, or every other one.
+    const int first = q < 0 ? 0 : q;
+    const int last = q < 0 ? size - 1 : q;
+    for (int p = first; p <= last; ++p) {
+      if (p != rank) check_aborted(p);
     }
     if (!slow) return false;
-    for (int p = 0; p < size; ++p) {
-      if (p != rank && (q < 0 || p == q) && !watch[static_cast<std::size_t>(p)].exited()) {
-        return false;
-      }
+    for (int p = first; p <= last; ++p) {
+      if (p != rank && !watch[static_cast<std::size_t>(p)].exited()) return false;
     }
     const std::lock_guard<std::mutex> lock(mu);
     progress();

@@ -669,11 +669,12 @@ bool ucx_request::poll() {
     throw mismatch_error(describe() + ": the matching send is larger (sizes differ across ranks)");
   }
   if (st != UCS_OK) {
-    static const detail::ucx_peer none{};
-    const detail::ucx_peer& p = peer_ < 0 ? none : s.peers[static_cast<std::size_t>(peer_)];
-    if (p.failed || detail::is_peer_failure(st)) {
+    // (A receive from any rank that failed before a message matched names no peer.)
+    const detail::ucx_peer* p = peer_ < 0 ? nullptr : &s.peers[static_cast<std::size_t>(peer_)];
+    const bool peer_failed = p != nullptr && p->failed;
+    if (peer_failed || detail::is_peer_failure(st)) {
       throw peer_lost_error(describe() + " failed: peer rank " + std::to_string(peer_) + " lost (" +
-                            (p.failed ? p.failure : detail::status_text(st)) + ")");
+                            (peer_failed ? p->failure : detail::status_text(st)) + ")");
     }
     throw backend_error(ucx_backend::name,
                         kind_ == kind::send ? "ucp_tag_send_nbx" : "ucp_tag_recv_nbx",

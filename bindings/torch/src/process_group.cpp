@@ -232,42 +232,6 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
                  parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
-namespace {
-
-// Every pair (outputs[i] of `times` × inputs[i]'s elements, one dtype, contiguous), checked;
-// `what` names the call.
-void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
-                 std::int64_t times, bool outputs_larger, const char* what) {
-  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "distcomm: ", what,
-              " takes as many outputs as inputs, at least one; got ", outputs.size(), " and ",
-              inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const at::Tensor& small = outputs_larger ? inputs[i] : outputs[i];
-    const at::Tensor& large = outputs_larger ? outputs[i] : inputs[i];
-    TORCH_CHECK(large.numel() == small.numel() * times, "distcomm: ", what, " pair ", i, ": ",
-                large.numel(), " elements where world size × ", small.numel(), " are needed");
-    TORCH_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type() &&
-                    outputs[i].scalar_type() == inputs[0].scalar_type(),
-                "distcomm: ", what, " tensors must share one dtype");
-    TORCH_CHECK(outputs[i].is_contiguous(), "distcomm: ", what, " output ", i,
-                " is not contiguous");
-  }
-}
-
-// Block q of each tensor of `list` (each holds `blocks` blocks), for every q, in that order.
-std::vector<at::Tensor> blocks_by_rank(const std::vector<at::Tensor>& list, std::int64_t blocks) {
-  std::vector<at::Tensor> parts;
-  for (std::int64_t q = 0; q < blocks; ++q) {
-    for (const at::Tensor& t : list) {
-      const std::int64_t n = t.numel() / blocks;
-      parts.push_back(t.reshape({-1}).narrow(0, q * n, n));
-    }
-  }
-  return parts;
-}
-
-}  // namespace
-
 // Every rank's inputs, packed, in one allgather; rank q's block of output i is its input i.
 c10::intrusive_ptr<c10d::Work> process_group::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,

@@ -126,4 +126,33 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
   }
 }
 
+void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                 std::int64_t times, bool outputs_larger, const char* what) {
+  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "distcomm: ", what,
+              " takes as many outputs as inputs, at least one; got ", outputs.size(), " and ",
+              inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& small = outputs_larger ? inputs[i] : outputs[i];
+    const at::Tensor& large = outputs_larger ? outputs[i] : inputs[i];
+    TORCH_CHECK(large.numel() == small.numel() * times, "distcomm: ", what, " pair ", i, ": ",
+                large.numel(), " elements where world size × ", small.numel(), " are needed");
+    TORCH_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type() &&
+                    outputs[i].scalar_type() == inputs[0].scalar_type(),
+                "distcomm: ", what, " tensors must share one dtype");
+    TORCH_CHECK(outputs[i].is_contiguous(), "distcomm: ", what, " output ", i,
+                " is not contiguous");
+  }
+}
+
+std::vector<at::Tensor> blocks_by_rank(const std::vector<at::Tensor>& list, std::int64_t blocks) {
+  std::vector<at::Tensor> parts;
+  for (std::int64_t q = 0; q < blocks; ++q) {
+    for (const at::Tensor& t : list) {
+      const std::int64_t n = t.numel() / blocks;
+      parts.push_back(t.reshape({-1}).narrow(0, q * n, n));
+    }
+  }
+  return parts;
+}
+
 }  // namespace distcomm::torch_binding

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -55,5 +56,13 @@ void check_list(const std::vector<at::Tensor>& list, std::size_t n, const at::Te
 // and the copy back into them once it has run.
 at::Tensor flatten(const std::vector<at::Tensor>& parts);
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& parts);
+
+// Every pair of outputs[i] and inputs[i], the larger of each `times` the other's elements
+// (outputs_larger: the outputs), one dtype, the outputs contiguous; `what` names the call.
+void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                 std::int64_t times, bool outputs_larger, const char* what);
+// Block q of each tensor of `list` (each holds `blocks` blocks), for every q, in that order:
+// views of the tensors.
+std::vector<at::Tensor> blocks_by_rank(const std::vector<at::Tensor>& list, std::int64_t blocks);
 
 }  // namespace distcomm::torch_binding
