@@ -8,11 +8,12 @@
 // any of them is at, each restores that step's state (its current one, or the one before its
 // last update), and rank 0's copy is broadcast so that every survivor holds the same bits.
 //
-// A replacement for a lost rank waits in distcomm::init() until the running ranks admit it: rank
-// 0 counts the waiting ones every step and the count travels with the gradients (one more f32
+// A replacement for a lost rank waits in distcomm::init() until the running ranks admit it: their
+// rank 0 counts the waiting ones every step and the count travels with the gradients (one more f32
 // averaged in their allreduce: above 0 when rank 0 saw any), so every rank sees it after the same
-// step; at the next step boundary they grow() and share rank 0's state with the new member, which
-// receives it as any rank does at the start.
+// step; at the next step boundary they grow() and share their state with the new member, which
+// receives it as any rank does at the start (from the lowest rank that ran before: a replacement
+// for job rank 0 is rank 0 of the grown job).
 #pragma once
 
 #include <algorithm>
@@ -59,23 +60,32 @@ inline std::string first_line(const std::string& s) {
   return n == std::string::npos ? s : s.substr(0, n);
 }
 
-// Rank 0's position, parameters and optimiser state, and the job's first size (the learning
-// rate scales with it), to every rank: at the start, after a shrink, and for the ranks that join
-// a running job (their start is the old ranks' sharing after grow()).
-inline void share_state(distcomm::any_communicator& comm, train_position& pos,
-                        std::vector<float>& params, std::vector<float>& velocity,
-                        std::size_t& first_world) {
+// The position, parameters and optimiser state of the lowest rank that `holds` them, and the
+// job's first size (the learning rate scales with it), to every rank: at the start (rank 0
+// holds them), after a shrink (every survivor does), and for the ranks that join a running job
+// (their start is the old ranks' sharing after grow(); a replacement for job rank 0 is rank 0
+// and holds nothing). Returns the rank that sent it.
+inline int share_state(distcomm::any_communicator& comm, train_position& pos,
+                       std::vector<float>& params, std::vector<float>& velocity,
+                       std::size_t& first_world, bool holds) {
+  std::int64_t root = holds ? comm.rank() : comm.size();
+  comm.allreduce(distcomm::view(&root, 1), distcomm::reduce_op::min);
+  if (root >= comm.size()) {
+    throw distcomm::error("elastic: no rank holds the training state to share");
+  }
+  const int from = static_cast<int>(root);
   std::array<std::int64_t, 8> wire{};
   const std::array<std::int64_t, 7> at = position_words(pos);
   std::copy(at.begin(), at.end(), wire.begin());
   wire[7] = static_cast<std::int64_t>(first_world);
-  comm.broadcast(distcomm::view(wire.data(), wire.size()), 0);
+  comm.broadcast(distcomm::view(wire.data(), wire.size()), from);
   std::array<std::int64_t, 7> got{};
   std::copy(wire.begin(), wire.begin() + 7, got.begin());
   pos = position_from_words(got);
   first_world = static_cast<std::size_t>(wire[7]);
-  comm.broadcast(distcomm::view(params), 0);
-  comm.broadcast(distcomm::view(velocity), 0);
+  comm.broadcast(distcomm::view(params), from);
+  comm.broadcast(distcomm::view(velocity), from);
+  return from;
 }
 
 // On the survivors' new communicator: the lowest step of any survivor, its state restored on
@@ -96,7 +106,7 @@ inline void agree_on_state(distcomm::any_communicator& comm, train_position& pos
     params = before_update.params;
     velocity = before_update.velocity;
   }
-  share_state(comm, pos, params, velocity, first_world);
+  share_state(comm, pos, params, velocity, first_world, true);
 }
 
 }  // namespace train_mlp::elastic

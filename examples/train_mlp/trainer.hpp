@@ -76,7 +76,7 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   int rank = job_rank;
   bool leader = rank == 0;
   auto world = static_cast<std::size_t>(comm.size());
-  std::size_t first_world = world;  // a replacement learns it from rank 0 (share_state)
+  std::size_t first_world = world;  // a replacement learns it from the others (share_state)
   const std::size_t batch = o.batch_size;
   const std::size_t shard = o.shard_size != 0 ? o.shard_size : batch;
   const std::size_t shards = batch / shard;  // main() checked that shard divides batch
@@ -109,11 +109,13 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
     grad_views.push_back(distcomm::view(grad.data() + t.offset, t.count));
   }
 
-  // Rank 0 initialises or restores; every rank then starts from rank 0's state.
+  // Rank 0 initialises or restores; every rank then starts from rank 0's state. A replacement
+  // that joined a running job (as any rank, 0 included) takes the running ranks' state instead.
+  const bool replacement = distcomm::is_replacement();
   run_identity id{shape, o.seed, o.samples, global_batch};
   train_position pos;
   pos.epoch_rng = make_rng(o.seed, stream::shuffle).state();
-  if (leader) {
+  if (leader && !replacement) {
     if (!o.resume.empty()) {
       checkpoint c = read_checkpoint(o.resume, id);
       if (c.position.step >= steps_per_epoch) {
@@ -129,7 +131,7 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
       model.initialize(params.data(), init);
     }
   }
-  elastic::share_state(comm, pos, params, velocity, first_world);
+  elastic::share_state(comm, pos, params, velocity, first_world, leader && !replacement);
   // A replacement joins a job of another size than the first (elastic.hpp).
   if (world != first_world) lr = elastic::rescaled(o.lr, world, first_world);
 
@@ -192,8 +194,9 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
   const auto same_samples = [&](std::size_t old_global_batch) {
     pos.step = std::min<std::uint64_t>(pos.step * old_global_batch / global_batch, steps_per_epoch);
   };
-  const auto report = [&](const std::string& what) {
-    if (!leader) return;
+  // Said by rank 0, or by `speaker` (the rank that shared its state with replacements).
+  const auto report = [&](const std::string& what, int speaker = 0) {
+    if (rank != speaker) return;
     std::printf(
         "elastic: %s\n  %zu of %zu ranks go on from step %llu (epoch %llu, step %llu of "
         "%zu), global batch %zu, lr %g\n",
@@ -227,9 +230,10 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
       const std::size_t old_world = world, old_global_batch = global_batch;
       regroup(std::move(*grown));
       same_samples(old_global_batch);
-      elastic::share_state(comm, pos, params, velocity, first_world);
+      const int sender = elastic::share_state(comm, pos, params, velocity, first_world, true);
       report(std::to_string(world - old_world) + " rank" + (world - old_world == 1 ? "" : "s") +
-             " joined");
+                 " joined",
+             sender);
       eng.emplace(comm);
     } catch (const distcomm::error& e) {
       lost(e);  // a member lost while growing: the survivors of the old or the grown job go on
@@ -274,7 +278,7 @@ inline void train(distcomm::any_communicator& comm, const options& o) {
         if (o.elastic) {
           // Rank 0's count of waiting replacements, averaged with the gradients (f32, avg: fused
           // into their last allreduce, no collective of its own): above 0 on every rank alike.
-          joiners = static_cast<float>(distcomm::waiting_to_join());
+          joiners = static_cast<float>(distcomm::waiting_to_join(comm));
           pending.push_back(eng->allreduce_async("joiners", distcomm::view(&joiners, 1),
                                                  distcomm::reduce_op::avg));
         }

@@ -51,9 +51,9 @@ std::string cannot_grow(const any_communicator& comm, const job& launched) {
          (can.empty() ? std::string("none built") : can) + ")";
 }
 
-// Rank 0 reads the store at most every 100 ms, so that checking every step costs a clock read
-// rather than a round trip to the store: a replacement waits up to 100 ms longer. grow() forgets
-// the count it answered.
+// Rank 0 of the communicator reads the store at most every 100 ms, so that checking every step
+// costs a clock read rather than a round trip to the store: a replacement waits up to 100 ms
+// longer. grow() forgets the count it answered.
 struct waiting_cache {
   std::mutex mu;
   std::int64_t count = 0;
@@ -67,8 +67,8 @@ waiting_cache& cache() {
 
 }  // namespace
 
-std::int64_t waiting_to_join() {
-  if (join::launched().world.rank != 0) return 0;
+std::int64_t waiting_to_join(const any_communicator& comm) {
+  if (comm.rank() != 0) return 0;
   waiting_cache& c = cache();
   const std::lock_guard<std::mutex> lock(c.mu);
   const auto now = std::chrono::steady_clock::now();
@@ -80,6 +80,8 @@ std::int64_t waiting_to_join() {
   c.read = now;
   return c.count;
 }
+
+bool is_replacement() noexcept { return join::is_replacement(); }
 
 std::optional<any_communicator> grow(any_communicator& comm) {
   const job launched = join::launched();

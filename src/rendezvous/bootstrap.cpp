@@ -295,8 +295,9 @@ job join_running_job(const job& launched, const startup& s, const std::string& w
             s.who() + ": the job at " + where + " runs without this rank, and its ranks did not " +
             "admit it within " + detail::format_seconds(s.timeout) +
             " (DISTCOMM_TIMEOUT): running ranks admit a replacement at a step boundary of a " +
-            "program that calls distcomm::grow() (distcomm-train-mlp --elastic), only for a " +
-            "rank they lost, and only through a store rank 0 hosts");
+            "program that calls distcomm::grow() (distcomm-train-mlp --elastic), and only for a " +
+            "rank they lost; or the store served a job before this one (give every job a store " +
+            "of its own)");
       }
       log(log_level::warn, s.who() + ": waiting for the running ranks to admit this " +
                                "replacement (ticket " + std::to_string(ticket) + "); " +
@@ -304,12 +305,13 @@ job join_running_job(const job& launched, const startup& s, const std::string& w
     }
   } catch (const peer_lost_error& e) {
     throw peer_lost_error(s.who() + ": the store at " + where + " closed while this replacement " +
-                          "waited to be admitted: the job ended, or its rank 0 failed (" +
-                          e.what() + ")");
+                          "waited to be admitted: the job ended, or the process hosting the " +
+                          "store failed (" + e.what() + ")");
   }
   const join::admission a = join::answer(kv, ticket);
   log(log_level::info, s.who() + ": admitted to the running job as rank " + std::to_string(a.rank) +
                            " of " + std::to_string(a.size));
+  join::mark_replacement();
   // Every member names the grown communicator's flight recorder alike.
   trace::name_next_recorder("g" + std::to_string(a.grow));
   return job{join::grown_world(launched.world, a.rank, a.size),
@@ -410,15 +412,18 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
       j.kv = make_tcp_store(j.world.master_addr, j.world.master_port, j.world.rank == 0, s.left(),
                             token, me);
     }
-    if (!external && j.world.rank != 0 && join::started(*j.kv)) {
+    // A process that finds the job started has come late: a replacement. Rank 0 cannot be one
+    // where it hosts the store (a store it made anew knows no job).
+    if ((external || j.world.rank != 0) && join::started(*j.kv)) {
       join::remember(j);
       job grown = join_running_job(j, s, where);
       j.kv->set_timeout(cfg.timeout);
       return grown;
     }
     meet_every_rank(*j.kv, s, where, !external);
-    // From here on, a process that arrives for one of this job's ranks is a replacement.
-    if (!external && j.world.rank == 0) join::mark_started(*j.kv);
+    // From here on, a process that arrives for one of this job's ranks is a replacement. Every
+    // rank says so: any of them may be lost the next moment.
+    join::mark_started(*j.kv);
   } catch (const timeout_error& e) {
     if (j.kv) j.kv->mark_job_failed();
     const std::string what = e.what();

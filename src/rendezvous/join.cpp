@@ -21,13 +21,15 @@ std::string ticket_key(std::int64_t t) { return "distcomm/join/ticket/" + std::t
 bytes text(const std::string& s) { return bytes(s.begin(), s.end()); }
 std::string text(const bytes& b) { return std::string(b.begin(), b.end()); }
 
-// The last ticket rank 0 answered: only the store's host answers, so its process keeps count.
-std::atomic<std::int64_t> answered{0};
+// The last ticket answered, kept in the store: the rank that answers (rank 0 of the running
+// communicator) changes when a job loses its rank 0. One rank answers at a time, in ticket order.
+const std::string answered_key = "distcomm/join/answered";
 
-void answered_up_to(std::int64_t t) {
-  std::int64_t seen = answered.load();
-  while (seen < t && !answered.compare_exchange_weak(seen, t)) {
-  }
+std::int64_t answered(store& kv) { return kv.add(answered_key, 0); }
+
+void answered_up_to(store& kv, std::int64_t t) {
+  const std::int64_t seen = answered(kv);
+  if (t > seen) kv.add(answered_key, t - seen);
 }
 
 // Not owned: the job's store lives as long as its owner keeps it (shared_bootstrap(): the life of
@@ -35,6 +37,8 @@ void answered_up_to(std::int64_t t) {
 std::mutex launched_mu;
 world_info launched_world;
 std::weak_ptr<store> launched_kv;
+// Set once this process was admitted to a running job.
+std::atomic<bool> replacement{false};
 
 }  // namespace
 
@@ -72,14 +76,14 @@ admission answer(store& kv, std::int64_t ticket) {
 }
 
 std::int64_t waiting(store& kv) {
-  return std::max<std::int64_t>(0, kv.add(tickets_key, 0) - answered);
+  return std::max<std::int64_t>(0, kv.add(tickets_key, 0) - answered(kv));
 }
 
 std::vector<ticket> unanswered(store& kv) {
   std::vector<ticket> out;
   const std::int64_t last = kv.add(tickets_key, 0);
   // In ticket order, up to the first one whose job rank is not written yet (taken a moment ago).
-  for (std::int64_t t = answered + 1; t <= last && kv.check({ticket_key(t)}); ++t) {
+  for (std::int64_t t = answered(kv) + 1; t <= last && kv.check({ticket_key(t)}); ++t) {
     const std::string r = text(kv.get(ticket_key(t)));
     ticket k{t, -1};
     try {
@@ -96,12 +100,12 @@ std::vector<ticket> unanswered(store& kv) {
 void admit(store& kv, const ticket& t, const admission& a) {
   kv.set(answer_key(t.number), text("admitted " + std::to_string(a.grow) + " " +
                                     std::to_string(a.rank) + " " + std::to_string(a.size)));
-  answered_up_to(t.number);
+  answered_up_to(kv, t.number);
 }
 
 void refuse(store& kv, const ticket& t, const std::string& why) {
   kv.set(answer_key(t.number), text("refused " + why));
-  answered_up_to(t.number);
+  answered_up_to(kv, t.number);
 }
 
 std::int64_t next_grow(store& kv) { return kv.add(grows_key, 1) - 1; }
@@ -120,6 +124,9 @@ world_info grown_world(const world_info& launched, int rank, int size) {
   w.size = size;
   return w;
 }
+
+void mark_replacement() { replacement = true; }
+bool is_replacement() noexcept { return replacement; }
 
 void remember(const job& j) {
   const std::lock_guard<std::mutex> lock(launched_mu);

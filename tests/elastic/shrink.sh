@@ -1,24 +1,26 @@
 #!/bin/sh
 # Shrink after a lost rank: distcomm-test-shrink (shrink_loop.cpp) with 4 ranks under distcomm-run,
-# DISTCOMM_TIMEOUT=5; rank 2 sends itself SIGKILL or SIGSTOP at iteration 5. Passes when
-#   - the 3 survivors each say they shrank to ranks 0, 1, 3 and finished every iteration with the
-#     right sums (exit 0);
+# DISTCOMM_TIMEOUT=5; rank V (--victim, default 2) sends itself SIGKILL or SIGSTOP at iteration 5.
+# The job's store lives in distcomm-run, so rank 0 may be the one lost. Passes when
+#   - the 3 survivors each say they shrank to the other ranks, renumbered in order, and finished
+#     every iteration with the right sums (exit 0);
 #   - after SIGSTOP: the victim, continued once the survivors shrank, says it was excluded
 #     (excluded_error) instead of joining them;
 #   - the job ends by itself (the outer guard does not fire) and leaves no process behind.
-# usage: shrink.sh --backend B --signal KILL|STOP --program PATH --distcomm-run PATH
+# usage: shrink.sh --backend B --signal KILL|STOP [--victim V] --program PATH --distcomm-run PATH
 set -u
 
 usage() {
-  echo "usage: shrink.sh --backend B --signal KILL|STOP --program PATH --distcomm-run PATH" >&2
+  echo "usage: shrink.sh --backend B --signal KILL|STOP [--victim V] --program PATH --distcomm-run PATH" >&2
   exit 2
 }
-backend='' signal='' program='' run=''
+backend='' signal='' program='' run='' victim=2
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || usage
   case $1 in
     --backend) backend=$2 ;;
     --signal) signal=$2 ;;
+    --victim) victim=$2 ;;
     --program) program=$2 ;;
     --distcomm-run) run=$2 ;;
     *) usage ;;
@@ -36,11 +38,11 @@ log=$work/log
 export DISTCOMM_BACKEND="$backend" DISTCOMM_TIMEOUT=5
 
 # The survivors linger after the loop so that the continued victim still finds the job's store
-# (rank 0 hosts it) when it asks to rejoin.
+# when it asks to rejoin.
 linger=0
 [ "$signal" = STOP ] && linger=12
 timeout -k 5 100 "$run" -np 4 --grace 60 --timeout 90 "$exe" --signal "$signal" \
-  --linger $linger --release "$work/released" >"$log" 2>&1 &
+  --victim "$victim" --linger $linger --release "$work/released" >"$log" 2>&1 &
 job=$!
 if [ "$signal" = STOP ]; then
   i=0
@@ -51,7 +53,7 @@ if [ "$signal" = STOP ]; then
   done
   pkill -CONT -f "^$exe"
   i=0
-  until grep -q '^rank 2: excluded' "$log"; do
+  until grep -q "^rank $victim: excluded" "$log"; do
     i=$((i + 1))
     [ $i -le 150 ] || break
     sleep 0.1
@@ -64,17 +66,22 @@ cat "$log"
 fail=0
 say_fail() { echo "FAIL: $*"; fail=1; }
 [ $status -ne 124 ] && [ $status -ne 137 -o "$signal" = KILL ] || say_fail "the job did not end by itself (exit $status)"
-for r in 0 1 3; do
-  new=$r
-  [ $r -eq 3 ] && new=2
-  grep -q "^rank $r: shrunk to rank $new of 3 (ranks 0, 1, 3 went on)" "$log" ||
-    say_fail "rank $r did not shrink to rank $new of ranks 0, 1, 3"
+survivors=''
+for r in 0 1 2 3; do
+  [ $r -eq "$victim" ] || survivors="$survivors${survivors:+, }$r"
+done
+new=0
+for r in 0 1 2 3; do
+  [ $r -ne "$victim" ] || continue
+  grep -q "^rank $r: shrunk to rank $new of 3 (ranks $survivors went on)" "$log" ||
+    say_fail "rank $r did not shrink to rank $new of ranks $survivors"
   grep -q "^rank $r: finished 30 iterations as rank $new of 3, every sum right" "$log" ||
     say_fail "rank $r did not finish on the survivors"
+  new=$((new + 1))
 done
 if [ "$signal" = STOP ]; then
-  grep -q "^rank 2: excluded: shrink: rank 2 was presumed dead" "$log" ||
-    say_fail "the continued rank 2 was not told it was presumed dead"
+  grep -q "^rank $victim: excluded: shrink: rank $victim was presumed dead" "$log" ||
+    say_fail "the continued rank $victim was not told it was presumed dead"
 fi
 ! grep -q "WRONG SUM" "$log" || say_fail "a sum was wrong"
 sleep 0.2

@@ -8,10 +8,11 @@
 // more. Prints
 //   store scale: N ranks in K processes (F sockets without a handshake held open, R of them
 //   refused): S s
-// and exits 0 when every rank did all of it, 1 otherwise (each failure printed).
+// and exits 0 when every rank did all of it, 1 otherwise (each failure printed). With --server
+// PATH the store is a distcomm-store process (PATH) instead of the parent's own.
 //
 //   distcomm-test-store-scale --ranks 4096 --procs 4 [--flood 2000 [--flood-from 127.0.0.2]]
-//                             [--timeout 120] [--phases]
+//                             [--timeout 120] [--phases] [--server PATH]
 #include <netinet/in.h>
 #include <poll.h>
 #include <spawn.h>
@@ -35,6 +36,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/rendezvous/store.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
+#include "store_process.hpp"
 
 namespace dc = distcomm;
 
@@ -150,6 +152,8 @@ int main(int argc, char** argv) {
   app.add_option("--flood-from", flood_from,
                  "the loopback address the flood comes from (the ranks' own by default)");
   app.add_option("--timeout", timeout, "every rank's deadline, seconds");
+  std::string standalone;
+  app.add_option("--server", standalone, "a distcomm-store to run as the job's store");
   bool show_phases = false;
   app.add_flag("--phases", show_phases,
                "print when each process's median and last rank finished each phase (stderr)");
@@ -170,16 +174,26 @@ int main(int argc, char** argv) {
   const std::string token = "store-scale-token-0123456789abcdef";
   if (port != 0) return run_ranks(port, first, count, ranks, timeout, token, epoch) == 0 ? 0 : 1;
 
-  dc::tcp_store_server server("127.0.0.1", 0, token, dc::job_identity{ranks, "scale"});
+  std::unique_ptr<dc::tcp_store_server> own;
+  std::unique_ptr<dc::testing::store_process> other;
+  if (standalone.empty()) {
+    own = std::make_unique<dc::tcp_store_server>("127.0.0.1", 0, token,
+                                                 dc::job_identity{ranks, "scale"});
+  } else {
+    other = std::make_unique<dc::testing::store_process>(
+        standalone, token,
+        std::vector<std::string>{"--world-size", std::to_string(ranks), "--job-id", "scale"});
+  }
+  const int store_port = own ? own->port() : other->port();
   std::vector<int> silent;
   // A flood from another address meets a connection of the ranks' address in its handshake, as
   // when it starts while a job connects: the server then holds it to that address's quota.
   if (flood > 0 && flood_from != "127.0.0.1") {
-    const int fd = silent_socket(server.port(), "127.0.0.1");
+    const int fd = silent_socket(store_port, "127.0.0.1");
     if (fd >= 0) silent.push_back(fd);
   }
   for (int i = 0; i < flood; ++i) {
-    const int fd = silent_socket(server.port(), flood_from);
+    const int fd = silent_socket(store_port, flood_from);
     if (fd >= 0) silent.push_back(fd);
   }
   // The flood is in before the first rank: wait until the server has taken what it takes. Those
@@ -197,8 +211,8 @@ int main(int argc, char** argv) {
     const int from = static_cast<int>(static_cast<long>(ranks) * k / procs);
     const int to = static_cast<int>(static_cast<long>(ranks) * (k + 1) / procs);
     std::vector<std::string> args = {
-        "/proc/self/exe",        "--ranks", std::to_string(ranks),         "--timeout",
-        std::to_string(timeout), "--port",  std::to_string(server.port()), "--first",
+        "/proc/self/exe",        "--ranks", std::to_string(ranks),      "--timeout",
+        std::to_string(timeout), "--port",  std::to_string(store_port), "--first",
         std::to_string(from),    "--count", std::to_string(to - from)};
     if (show_phases) {
       args.push_back("--epoch");

@@ -50,7 +50,9 @@ using env_changes = std::map<std::string, std::optional<std::string>>;
 env_changes clean_env(env_changes extra = {}) {
   env_changes e = {{"DISTCOMM_AUTH_TOKEN", std::nullopt},
                    {"DISTCOMM_AUTH_TOKEN_FILE", std::nullopt},
-                   {"DISTCOMM_BACKEND", std::nullopt}};
+                   {"DISTCOMM_BACKEND", std::nullopt},
+                   {"DISTCOMM_STORE_ADDR", std::nullopt},
+                   {"DISTCOMM_JOB_ID", std::nullopt}};
   for (auto& [k, v] : extra) e[k] = v;
   return e;
 }
@@ -359,21 +361,59 @@ TEST_CASE("launcher: the token is fresh for every job") {
 }
 
 TEST_CASE("launcher: the caller's token or token file is kept; --no-auth gives none") {
+  const std::string secret = "callers-secret-0123456789";
   SUBCASE("DISTCOMM_AUTH_TOKEN") {
-    const auto e = job_env({"-np", "2"}, clean_env({{"DISTCOMM_AUTH_TOKEN", "callers-secret"}}));
-    CHECK(e.at(0).at("DISTCOMM_AUTH_TOKEN") == "callers-secret");
-    CHECK(e.at(1).at("DISTCOMM_AUTH_TOKEN") == "callers-secret");
+    const auto e = job_env({"-np", "2"}, clean_env({{"DISTCOMM_AUTH_TOKEN", secret}}));
+    CHECK(e.at(0).at("DISTCOMM_AUTH_TOKEN") == secret);
+    CHECK(e.at(1).at("DISTCOMM_AUTH_TOKEN") == secret);
   }
   SUBCASE("DISTCOMM_AUTH_TOKEN_FILE") {
-    const auto e = job_env({"-np", "2"}, clean_env({{"DISTCOMM_AUTH_TOKEN_FILE", "/some/file"}}));
+    scratch_dir dir;
+    const std::string file = dir.str() + "/token";
+    std::ofstream(file) << secret << "\n";
+    fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+    const auto e = job_env({"-np", "2"}, clean_env({{"DISTCOMM_AUTH_TOKEN_FILE", file}}));
     CHECK(e.at(1).at("DISTCOMM_AUTH_TOKEN") == "<unset>");
-    CHECK(e.at(1).at("DISTCOMM_AUTH_TOKEN_FILE") == "/some/file");
+    CHECK(e.at(1).at("DISTCOMM_AUTH_TOKEN_FILE") == file);
+  }
+  SUBCASE("a token file that cannot be read stops the launcher, not N ranks") {
+    const result r = run({"-np", "2", child_path, "exit", "0"},
+                         clean_env({{"DISTCOMM_AUTH_TOKEN_FILE", "/nonexistent/token"}}));
+    CHECK(r.code == 2);
+    CHECK_HAS(r.err, "DISTCOMM_AUTH_TOKEN_FILE=/nonexistent/token cannot be read");
   }
   SUBCASE("--no-auth") {
-    const auto e =
-        job_env({"-np", "2", "--no-auth"}, clean_env({{"DISTCOMM_AUTH_TOKEN", "callers-secret"}}));
+    const auto e = job_env({"-np", "2", "--no-auth"}, clean_env({{"DISTCOMM_AUTH_TOKEN", secret}}));
     CHECK(e.at(0).at("DISTCOMM_AUTH_TOKEN") == "<unset>");
     CHECK(e.at(0).at("DISTCOMM_AUTH_TOKEN_FILE") == "<unset>");
+  }
+}
+
+TEST_CASE("launcher: the job's store is the launcher's, with a job id; the caller's is kept") {
+  const std::string vars = "DISTCOMM_RANK,DISTCOMM_STORE_ADDR,DISTCOMM_JOB_ID";
+  SUBCASE("distcomm-run hosts it") {
+    const auto e = job_env({"-np", "3"}, clean_env(), vars);
+    REQUIRE(e.size() == 3);
+    const std::string addr = e.at(0).at("DISTCOMM_STORE_ADDR");
+    const std::string id = e.at(0).at("DISTCOMM_JOB_ID");
+    CHECK(addr.rfind("127.0.0.1:", 0) == 0);
+    CHECK(std::atoi(addr.substr(10).c_str()) > 0);
+    CHECK(id.rfind("distcomm-run:", 0) == 0);
+    CHECK(id.size() == 13 + 16);
+    for (int r = 1; r < 3; ++r) {
+      CHECK(e.at(r).at("DISTCOMM_STORE_ADDR") == addr);
+      CHECK(e.at(r).at("DISTCOMM_JOB_ID") == id);
+    }
+    const auto again = job_env({"-np", "1"}, clean_env(), vars);
+    CHECK(again.at(0).at("DISTCOMM_JOB_ID") != id);
+  }
+  SUBCASE("the caller's store and job id pass on") {
+    const auto e = job_env(
+        {"-np", "2"},
+        clean_env({{"DISTCOMM_STORE_ADDR", "10.1.2.3:29400"}, {"DISTCOMM_JOB_ID", "train-7"}}),
+        vars);
+    CHECK(e.at(1).at("DISTCOMM_STORE_ADDR") == "10.1.2.3:29400");
+    CHECK(e.at(1).at("DISTCOMM_JOB_ID") == "train-7");
   }
 }
 

@@ -1,6 +1,7 @@
 // The store contract, one body per property, run over every store: hash_store, file_store,
-// prefix_store (over a hash_store) and tcp_store (a server on 127.0.0.1 with one client per
-// thread). TCP-only behaviour (limits on the wire, auth, processes) is in test_tcp_store.cpp.
+// prefix_store (over a hash_store), tcp_store (a server on 127.0.0.1 with one client per thread)
+// and tcp_store clients of a distcomm-store process. TCP-only behaviour (limits on the wire,
+// auth, processes) is in test_tcp_store.cpp.
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../rendezvous/store_process.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
@@ -76,6 +78,15 @@ struct tcp_backend {
   }
 };
 
+// The standalone server (tools/store), as a launcher that cannot host the store runs it.
+struct tool_backend {
+  static constexpr const char* name = "distcomm-store";
+  testing::store_process server{DISTCOMM_STORE_TOOL, ""};
+  std::shared_ptr<store> client(seconds t = seconds(1.0)) {
+    return std::make_shared<tcp_store>("127.0.0.1", server.port(), t);
+  }
+};
+
 template <class F>
 std::string timeout_of(F&& f) {
   try {
@@ -102,7 +113,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-#define STORE_BACKENDS hash_backend, file_backend, prefix_backend, tcp_backend
+#define STORE_BACKENDS hash_backend, file_backend, prefix_backend, tcp_backend, tool_backend
 
 TEST_CASE_TEMPLATE("store: set and get, overwrite, binary and empty values", B, STORE_BACKENDS) {
   B backend;

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "../rendezvous/store_process.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
@@ -202,11 +203,35 @@ class stderr_capture {
 const char* token_a = "job-token-0123456789abcdef";
 const char* token_b = "other-token-0123456789abcdef";
 
+// The two servers every attack is tried on: a tcp_store_server in this process (its log is this
+// process's stderr) and the standalone distcomm-store (its log is its own stderr).
+struct in_process {
+  static constexpr const char* name = "tcp_store_server";
+  stderr_capture log;
+  tcp_store_server server;
+  explicit in_process(const std::string& token = {}) : server("127.0.0.1", 0, token) {}
+  int port() const { return server.port(); }
+  bool saw(const std::string& part) const { return log.saw(part); }
+  std::string log_text() const { return log.text(); }
+};
+
+struct standalone {
+  static constexpr const char* name = "distcomm-store";
+  testing::store_process server;
+  explicit standalone(const std::string& token = {}) : server(DISTCOMM_STORE_TOOL, token) {}
+  int port() const { return server.port(); }
+  bool saw(const std::string& part) const { return server.saw(part); }
+  std::string log_text() const { return server.log_text(); }
+};
+
 }  // namespace
 
-TEST_CASE("tcp_store: garbage, oversized and truncated messages close only their connection") {
-  stderr_capture log;
-  tcp_store_server server("127.0.0.1", 0);
+#define STORE_SERVERS in_process, standalone
+
+TEST_CASE_TEMPLATE(
+    "tcp_store: garbage, oversized and truncated messages close only their connection", S,
+    STORE_SERVERS) {
+  S server;
   tcp_store good("127.0.0.1", server.port(), seconds(2.0));
   good.set("k", b("v"));
 
@@ -225,8 +250,8 @@ TEST_CASE("tcp_store: garbage, oversized and truncated messages close only their
     REQUIRE(header.size() == 5);
     CHECK(header[0] == 3);  // error, with a message, then the server closes
     CHECK(raw.closed_by_peer());
-    CHECK(log.saw("closing the connection from 127.0.0.1:"));
-    CHECK_HAS(log.text(), "key of 4294967295 bytes is above the limit of 4096 bytes");
+    CHECK(server.saw("closing the connection from 127.0.0.1:"));
+    CHECK_HAS(server.log_text(), "key of 4294967295 bytes is above the limit of 4096 bytes");
   }
   SUBCASE("a 4 KiB + 1 key on the wire") {
     raw_socket raw(server.port());
@@ -391,9 +416,8 @@ TEST_CASE("tcp_store: the limit follows the job's world size") {
                   timeout_error);
 }
 
-TEST_CASE("tcp_store: authentication") {
-  stderr_capture log;
-  tcp_store_server server("127.0.0.1", 0, token_a);
+TEST_CASE_TEMPLATE("tcp_store: authentication", S, STORE_SERVERS) {
+  S server(token_a);
   const std::string where = "127.0.0.1:" + std::to_string(server.port());
 
   SUBCASE("the right token is accepted") {
@@ -406,24 +430,24 @@ TEST_CASE("tcp_store: authentication") {
         [&] { tcp_store("127.0.0.1", server.port(), seconds(1.0), token_b); });
     CHECK_HAS(msg, "authentication failed: the store at " + where +
                        " did not accept this token (DISTCOMM_AUTH_TOKEN)");
-    CHECK(log.saw("refused a client from 127.0.0.1:"));
-    CHECK_HAS(log.text(), "[distcomm warn]");
-    CHECK_HAS(log.text(), "authentication failed");
+    CHECK(server.saw("refused a client from 127.0.0.1:"));
+    CHECK_HAS(server.log_text(), "[distcomm warn]");
+    CHECK_HAS(server.log_text(), "authentication failed");
   }
   SUBCASE("no token is refused") {
     const std::string msg =
         error_of<rendezvous_error>([&] { tcp_store("127.0.0.1", server.port(), seconds(1.0)); });
     CHECK_HAS(msg, "authentication failed: the store at " + where + " requires a token");
     CHECK_HAS(msg, "DISTCOMM_AUTH_TOKEN");
-    CHECK(log.saw("it has no token and this server requires one"));
+    CHECK(server.saw("it has no token and this server requires one"));
   }
   SUBCASE("a token is refused by a server without one") {
-    tcp_store_server open_server("127.0.0.1", 0);
+    S open_server;
     const std::string msg = error_of<rendezvous_error>(
         [&] { tcp_store("127.0.0.1", open_server.port(), seconds(1.0), token_a); });
     CHECK_HAS(msg, "authentication failed: this process has a token");
     CHECK_HAS(msg, "runs without one");
-    CHECK(log.saw("this server runs without one"));
+    CHECK(open_server.saw("this server runs without one"));
   }
   SUBCASE("a raw client that skips the handshake gets nothing") {
     raw_socket raw(server.port());

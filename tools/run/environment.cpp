@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 namespace distcomm::launcher {
 namespace {
@@ -108,6 +109,7 @@ environment job_environment(const environment& caller, const job_settings& setti
   env.set("MASTER_ADDR", addr);
   env.set("MASTER_PORT", port_text);
   if (!settings.backend.empty()) env.set("DISTCOMM_BACKEND", settings.backend);
+  if (!settings.job_id.empty()) env.set("DISTCOMM_JOB_ID", settings.job_id);
   if (settings.no_auth) {
     env.unset("DISTCOMM_AUTH_TOKEN");
     env.unset("DISTCOMM_AUTH_TOKEN_FILE");
@@ -175,10 +177,10 @@ bool needs_token(const environment& caller, bool no_auth) {
          caller.get("DISTCOMM_AUTH_TOKEN_FILE") == nullptr;
 }
 
-std::string random_token() {
-  std::array<unsigned char, 32> raw{};
+std::string random_token(std::size_t count) {
+  std::vector<unsigned char> raw(count);
   if (RAND_bytes(raw.data(), static_cast<int>(raw.size())) != 1) {
-    throw std::runtime_error("cannot generate DISTCOMM_AUTH_TOKEN: OpenSSL RAND_bytes failed");
+    throw std::runtime_error("cannot generate random text for the job: OpenSSL RAND_bytes failed");
   }
   static constexpr char digits[] = "0123456789abcdef";
   std::string hex;
@@ -189,6 +191,13 @@ std::string random_token() {
   }
   return hex;
 }
+
+bool hosts_store(const environment& caller) {
+  const char* named = caller.get("DISTCOMM_STORE_ADDR");
+  return named == nullptr || *named == '\0';
+}
+
+std::string new_job_id() { return "distcomm-run:" + random_token(8); }
 
 int find_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

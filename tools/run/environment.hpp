@@ -3,6 +3,7 @@
 // describe this job (rank, size, master address and port, authentication token).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct job_settings {
   int np = 1;
   std::string backend;   // DISTCOMM_BACKEND for the children; empty keeps the caller's
   bool no_auth = false;  // children get no DISTCOMM_AUTH_TOKEN / _FILE at all
+  std::string job_id;    // DISTCOMM_JOB_ID for the children; empty keeps the caller's
 };
 
 // The variables every rank shares. `port` is the master port; `token` the authentication token
@@ -84,9 +86,15 @@ std::vector<std::string> mpirun_command(const mpirun_settings& settings, const e
 // bring its own DISTCOMM_AUTH_TOKEN or DISTCOMM_AUTH_TOKEN_FILE.
 bool needs_token(const environment& caller, bool no_auth);
 
-// 32 random bytes from the OpenSSL CSPRNG as 64 lowercase hex digits. Throws std::runtime_error
-// when the generator fails.
-std::string random_token();
+// `count` random bytes from the OpenSSL CSPRNG as lowercase hex digits (32: a token; fewer: an
+// id). Throws std::runtime_error when the generator fails.
+std::string random_token(std::size_t count = 32);
+
+// True when distcomm-run hosts the job's store: the caller named none (DISTCOMM_STORE_ADDR).
+bool hosts_store(const environment& caller);
+// What distcomm-run calls the job (DISTCOMM_JOB_ID) when the caller did not say: "distcomm-run:"
+// and 16 random hex digits, so that a rank of another job is refused by this job's store.
+std::string new_job_id();
 
 // A TCP port on 127.0.0.1 that was free a moment ago: binds port 0, reads the kernel's choice back
 // and closes the socket. Another process may take the port before rank 0 binds it (the race of

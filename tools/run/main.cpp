@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@
 #include "distcomm/log.hpp"
 #include "distcomm/plugin/loader.hpp"
 #include "distcomm/registry/backends.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
+#include "distcomm/rendezvous/tcp_store.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "environment.hpp"
 #include "job.hpp"
@@ -167,6 +170,25 @@ void check_backend(const std::string& name, const distcomm::plugin::env_lookup& 
                       distcomm::plugin::file_name(plugin));
 }
 
+// The job's store lives here, not in a rank, so that any rank may be lost (--elastic) and a
+// replacement for any rank may join (docs/FAULTS.md). It serves this job alone, with the ranks'
+// token; the ranks find it through DISTCOMM_STORE_ADDR.
+std::unique_ptr<distcomm::tcp_store_server> host_store(environment& job, int np) {
+  const auto lookup = [&job](const char* name) { return job.get(name); };
+  std::string token;
+  try {
+    token = distcomm::auth_token_from_env(lookup);
+  } catch (const distcomm::rendezvous_error& e) {
+    throw launch_failure(exit_usage, e.what());  // every rank would fail alike
+  }
+  distcomm::world_info world;
+  world.size = np;
+  auto store = std::make_unique<distcomm::tcp_store_server>(
+      "127.0.0.1", 0, token, distcomm::job_identity_from_env(world, lookup));
+  job.set("DISTCOMM_STORE_ADDR", "127.0.0.1:" + std::to_string(store->port()));
+  return store;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,7 +267,10 @@ int main(int argc, char** argv) {
     settings.no_auth = o.no_auth;
     const int port = o.master_port != 0 ? o.master_port : find_free_port();
     const std::string token = needs_token(caller, o.no_auth) ? random_token() : std::string();
-    const environment job = job_environment(caller, settings, port, token);
+    if (caller.get("DISTCOMM_JOB_ID") == nullptr) settings.job_id = new_job_id();
+    environment job = job_environment(caller, settings, port, token);
+    std::unique_ptr<distcomm::tcp_store_server> store;
+    if (!command.empty() && !o.print_config && hosts_store(caller)) store = host_store(job, o.np);
     std::vector<environment> ranks;
     ranks.reserve(static_cast<std::size_t>(o.np));
     for (int r = 0; r < o.np; ++r) ranks.push_back(rank_environment(job, r));

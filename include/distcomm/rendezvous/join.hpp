@@ -3,15 +3,16 @@
 // (distcomm::grow(), init.hpp; docs/FAULTS.md, "Grow").
 //
 // Everything goes through the job's store, under `distcomm/join/`:
-//   - rank 0 sets `distcomm/started` once every rank has met (bootstrap()). A process that finds
-//     it set before it arrives comes late: the job runs without it, so it is a replacement.
+//   - every rank sets `distcomm/started` once every rank has met (bootstrap()). A process that
+//     finds it set before it arrives comes late: the job runs without it, so it is a replacement.
 //   - the replacement takes a ticket (a counter), writes its job rank under `ticket/<t>` and waits
 //     for `answer/<t>`;
-//   - at a step boundary the running ranks read the tickets (rank 0 does, and tells the others),
-//     decide who joins, and rank 0 answers each ticket: admitted as rank r of n in grow number g,
-//     or refused with the reason. Every member of the grown job then connects anew over the
-//     store's `distcomm/grow/<g>/` keys, ranked by job rank.
-// Only rank 0 answers: it hosts the store, so it is alive whenever anyone can join.
+//   - at a step boundary the running ranks read the tickets (their rank 0 does, and tells the
+//     others), decide who joins, and that rank answers each ticket: admitted as rank r of n in
+//     grow number g, or refused with the reason. Every member of the grown job then connects anew
+//     over the store's `distcomm/grow/<g>/` keys, ranked by job rank.
+// The count of answered tickets lives in the store, so a new rank 0 (the old one was lost, the
+// store lives elsewhere: docs/FAULTS.md) goes on where the last one stopped.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@
 
 namespace distcomm::join {
 
-// Rank 0, once every rank has met.
+// Every rank, once every rank has met.
 void mark_started(store& kv);
 // True when the job has started without this process (it comes as a replacement). Never waits.
 bool started(store& kv);
@@ -51,8 +52,8 @@ std::string answer_key(std::int64_t ticket);
 // ranks' reason when it was refused.
 admission answer(store& kv, std::int64_t ticket);
 
-// Rank 0 of the running job (the store's host): tickets not answered yet (one store read); the
-// ones among them whose job rank is written, in order; the answers; the next grow number.
+// Rank 0 of the running communicator: tickets not answered yet (two store reads); the ones among
+// them whose job rank is written, in order; the answers; the next grow number.
 std::int64_t waiting(store& kv);
 std::vector<ticket> unanswered(store& kv);
 void admit(store& kv, const ticket& t, const admission& a);
@@ -63,6 +64,11 @@ std::int64_t next_grow(store& kv);
 std::shared_ptr<store> group_store(std::shared_ptr<store> root, std::int64_t grow);
 // The launcher's world with this process as `rank` of `size`: the grown job's world.
 world_info grown_world(const world_info& launched, int rank, int size);
+
+// Whether this process joined a running job as a replacement (bootstrap() says so once admitted):
+// its program's state must come from the running ranks.
+void mark_replacement();
+bool is_replacement() noexcept;
 
 // The job this process bootstrapped (bootstrap() remembers the last): the launcher's world and
 // the whole job's store; a null store before any bootstrap, for a job of one process, and once

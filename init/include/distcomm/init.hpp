@@ -39,21 +39,25 @@ any_communicator init(const job& world, const init_options& options = {});
 // the same job variables (a restarted pod, a new process on a spare node), finds in init() that
 // the job runs without it and waits there, within DISTCOMM_TIMEOUT, to be admitted; init() then
 // returns its communicator in the grown job. The running ranks admit it at a step boundary:
-//   if (waiting_to_join() > 0 ...agreed on every rank...) if (auto c = grow(comm)) comm = *c;
-// waiting_to_join(): on rank 0 of a job this process bootstrapped, how many replacements wait
-// (one read of the store); 0 on the other ranks and where no store exists. Cheap enough for
-// every step (it reads the store at most every 100 ms); the ranks must agree on it, e.g. as one
-// more element averaged with the gradients (rank 0's count, 0 elsewhere: above 0 on every rank).
-std::int64_t waiting_to_join();
+//   if (waiting_to_join(comm) > 0 ...agreed on every rank...) if (auto c = grow(comm)) comm = *c;
+// waiting_to_join(comm): on rank 0 of comm, in a job this process bootstrapped, how many
+// replacements wait (a read of the job's store); 0 on the other ranks and where no store exists.
+// Cheap enough for every step (it reads the store at most every 100 ms); the ranks must agree on
+// it, e.g. as one more element averaged with the gradients (rank 0's count, 0 elsewhere: above 0
+// on every rank).
+std::int64_t waiting_to_join(const any_communicator& comm);
 // Every rank of `comm`, at the same point: rank 0 reads who waits and tells the others; the
 // replacements for job ranks that are not members are admitted, the others refused with the
 // reason (a duplicate of a live rank). Returns the grown communicator (old and new members
 // ranked by job rank, same backend, strategy and settings, connected anew), or nullopt when
-// nobody joins (comm stays as it was). Needs a job bootstrapped through a store rank 0 hosts
-// (not DISTCOMM_STORE_ADDR, not init(job)), a backend that connects through it (gloo, ucx,
-// shm); otherwise invalid_argument_error. A lost member: peer_lost_error / timeout_error, as in
-// any collective.
+// nobody joins (comm stays as it was). A replacement may take rank 0 (it replaces job rank 0):
+// send the state from a rank that has it (is_replacement()). Needs a job bootstrapped through
+// the job's store (not init(job)), a backend that connects through it (gloo, ucx, shm); otherwise
+// invalid_argument_error. A lost member: peer_lost_error / timeout_error, as in any collective.
 std::optional<any_communicator> grow(any_communicator& comm);
+// True in a process whose init() joined a running job as a replacement: its program's state
+// (parameters, step) must come from the ranks that were running.
+bool is_replacement() noexcept;
 
 // The backend and strategy init() would take with these options, without connecting: for
 // --help texts, logs and --print-config.
