@@ -6,7 +6,8 @@
 # removed on exit, however the job ends.
 #
 #   netns.sh [--hosts N] [--ranks-per-host R] [--launch torchrun|tf_config] [--rate RATE]
-#            [--delay DELAY] [--timeout S] [--env NAME=VALUE]... -- PROGRAM [ARGS...]
+#            [--delay DELAY] [--timeout S] [--env NAME=VALUE]... [--store PATH]
+#            [--lose-host H --lose-on REGEX [--recovered-on REGEX]] -- PROGRAM [ARGS...]
 #
 #   --hosts N            namespace-hosts (default 2)
 #   --ranks-per-host R   ranks started on each (default 2); rank = host * R + local rank
@@ -22,6 +23,13 @@
 #   --env NAME=VALUE     set in every rank (e.g. DISTCOMM_BACKEND=gloo, DISTCOMM_IFACE=eth0);
 #                        @SUBNET@ in VALUE becomes the hosts' subnet (10.R.S.0/24), @HOST0@
 #                        host0's address
+#   --store PATH         the job's store is PATH (distcomm-store), on a host of its own (the
+#                        subnet's .250), with a fresh token; the ranks get DISTCOMM_STORE_ADDR
+#   --lose-host H        host H is lost once a rank's output matches --lose-on's REGEX: its link
+#                        goes down (its peers hear nothing more), then every process on it is
+#                        killed. Its ranks' exit status is not counted. --recovered-on REGEX:
+#                        the seconds from the loss until a rank's output matches it are printed
+#                        ("netns: recovered in S s").
 #
 # Every rank's output is printed after the job, prefixed with its rank. Exit status: 0 when every
 # rank exited 0; 77 (ctest's skip) with the reason when namespaces cannot be made (not root, no
@@ -29,6 +37,7 @@
 set -euo pipefail
 
 hosts=2 per_host=2 launch=torchrun rate='' delay='' timeout_s=120
+store='' lose_host='' lose_on='' recovered_on=''
 envs=()
 while (($#)); do
   case "$1" in
@@ -39,6 +48,10 @@ while (($#)); do
     --delay) delay="$2"; shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
+    --store) store="$2"; shift 2 ;;
+    --lose-host) lose_host="$2"; shift 2 ;;
+    --lose-on) lose_on="$2"; shift 2 ;;
+    --recovered-on) recovered_on="$2"; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
     *) echo "netns.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -48,6 +61,10 @@ done
 [[ "$hosts" =~ ^[1-9][0-9]?$ && "$per_host" =~ ^[1-9][0-9]?$ ]] ||
   { echo "netns.sh: --hosts and --ranks-per-host want 1-99" >&2; exit 2; }
 case "$launch" in torchrun|tf_config|mpirun) ;; *) echo "netns.sh: --launch torchrun|tf_config|mpirun" >&2; exit 2 ;; esac
+if [[ -n "$lose_host" ]]; then
+  [[ "$lose_host" =~ ^[0-9]+$ && "$lose_host" -lt "$hosts" && -n "$lose_on" && "$launch" != mpirun ]] ||
+    { echo "netns.sh: --lose-host H wants a host below --hosts, --lose-on REGEX, and no mpirun" >&2; exit 2; }
+fi
 
 skip() { echo "skipped: $*"; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root (run as root, or in a container with CAP_NET_ADMIN and CAP_SYS_ADMIN)"
@@ -100,6 +117,22 @@ done
 world=$((hosts * per_host))
 master="$subnet.1"
 port=$(( 29500 + id % 20000 ))
+if [[ -n "$store" ]]; then
+  # The store's own host: not one of the job's, so that losing any of them leaves it.
+  ns="dc$id-store"
+  ip netns add "$ns"
+  namespaces+=("$ns")
+  ip link add "dv$id-s" type veth peer name eth0 netns "$ns"
+  ip link set "dv$id-s" master "$bridge" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$subnet.250/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  DISTCOMM_AUTH_TOKEN=$token ip netns exec "$ns" "$store" --host "$subnet.250" --port $((port + 1)) \
+    --world-size "$world" --job-id "netns-$id" --timeout "$timeout_s" >"$work/store.out" 2>"$work/store.log" &
+  envs+=(DISTCOMM_STORE_ADDR="$subnet.250:$((port + 1))" DISTCOMM_JOB_ID="netns-$id"
+         DISTCOMM_AUTH_TOKEN="$token")
+fi
 tf_cluster=''
 if [[ "$launch" == tf_config ]]; then
   for ((r = 0; r < world; r++)); do
@@ -158,10 +191,42 @@ for ((r = 0; r < world; r++)); do
   pids+=($!)
 done
 
+if [[ -n "$lose_host" ]]; then
+  # Watches the ranks' output; once it matches, host $lose_host is lost: link down first (no
+  # FIN or RST reaches its peers, as when a machine vanishes), then its processes killed.
+  (
+    for ((i = 0; i < timeout_s * 10; i++)); do
+      if cat "$work"/rank*.log 2>/dev/null | grep -qE -- "$lose_on"; then
+        ip link set "dv$id-$lose_host" down
+        ip netns pids "dc$id-host$lose_host" | xargs -r kill -KILL 2>/dev/null || true
+        lost_at=$(date +%s.%N)
+        echo "netns: lost host$lose_host (ranks $((lose_host * per_host))-$((lose_host * per_host + per_host - 1))) once '$lose_on' appeared"
+        [[ -n "$recovered_on" ]] || exit 0
+        before=$(cat "$work"/rank*.log | grep -cE -- "$recovered_on" || true)
+        for ((j = 0; j < timeout_s * 20; j++)); do
+          now=$(cat "$work"/rank*.log | grep -cE -- "$recovered_on" || true)
+          if ((now > before)); then
+            echo "netns: recovered in $(awk -v a="$(date +%s.%N)" -v b="$lost_at" 'BEGIN { printf "%.2f", a - b }') s ('$recovered_on' appeared)"
+            exit 0
+          fi
+          sleep 0.05
+        done
+        echo "netns: '$recovered_on' never appeared after the loss"
+        exit 0
+      fi
+      sleep 0.1
+    done
+  ) &
+  watcher=$!
+fi
+
 status=0
 for ((r = 0; r < world; r++)); do
   rc=0
   wait "${pids[$r]}" || rc=$?
+  if [[ -n "$lose_host" ]] && ((r / per_host == lose_host)); then
+    continue  # lost with its host
+  fi
   if ((rc == 137)); then
     echo "netns: rank $r still running after $timeout_s s, killed"
     status=124
@@ -170,5 +235,7 @@ for ((r = 0; r < world; r++)); do
     ((status == 124)) || status=1
   fi
 done
+[[ -z "$lose_host" ]] || wait "$watcher" || true
 for ((r = 0; r < world; r++)); do sed "s/^/[rank $r] /" "$work/rank$r.log"; done
+[[ -z "$store" ]] || sed 's/^/[store] /' "$work/store.log"
 exit $status

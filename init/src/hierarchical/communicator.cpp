@@ -23,8 +23,12 @@ std::optional<std::size_t> hierarchical_threshold(const world_info& w, const con
   // A size is parsed (and refused with a message) whatever the job: a typo shows on one host too.
   const std::size_t from = setting == "auto" ? hierarchical_threshold_default
                                              : parse_bytes(setting, "DISTCOMM_HIERARCHICAL");
-  if (!options.backend.empty() || !cfg.backend.empty() || !options.strategy.empty() ||
-      !cfg.strategy.empty() || cfg.deterministic) {
+  // A strategy asked for by name (not "auto", the default said aloud) is the flat one's.
+  const auto asked = [](const std::string& strategy) {
+    return !strategy.empty() && strategy != "auto";
+  };
+  if (!options.backend.empty() || !cfg.backend.empty() || asked(options.strategy) ||
+      asked(cfg.strategy) || cfg.deterministic) {
     return std::nullopt;
   }
   if (w.size <= 1 || w.single_node() || started_by_mpi(w.launcher) || w.local_size <= 1 ||

@@ -1,0 +1,69 @@
+#!/bin/sh
+# A whole host lost in the middle of elastic training: distcomm-train-mlp --elastic on N
+# namespace-hosts x 2 ranks (netns.sh, torchrun's variables, no backend named: the hierarchical
+# shm+gloo job), the job's store on a host of its own (distcomm-store), DISTCOMM_TIMEOUT=5. Once
+# rank 0 has reported its 3rd epoch, host H's link goes down and its ranks are killed. Passes when
+#   - a rank says the job went on with the other ranks ("N*2-2 of N*2 ranks go on") and one says
+#     its final line;
+#   - the survivors' final parameters are bitwise equal, and the lost ranks wrote none;
+#   - netns.sh says how long the survivors took from the loss to going on ("recovered in").
+# Skips (77) where netns.sh cannot make namespaces.
+# usage: host_loss.sh --netns PATH --trainer PATH --store PATH --hosts N --lose-host H
+set -u
+
+usage() {
+  echo "usage: host_loss.sh --netns PATH --trainer PATH --store PATH --hosts N --lose-host H" >&2
+  exit 2
+}
+netns='' trainer='' store='' hosts='' lose=''
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || usage
+  case $1 in
+    --netns) netns=$2 ;;
+    --trainer) trainer=$2 ;;
+    --store) store=$2 ;;
+    --hosts) hosts=$2 ;;
+    --lose-host) lose=$2 ;;
+    *) usage ;;
+  esac
+  shift 2
+done
+if [ -z "$netns" ] || [ -z "$trainer" ] || [ -z "$store" ] || [ -z "$hosts" ] || [ -z "$lose" ]; then
+  usage
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-host-loss.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+world=$((hosts * 2))
+left=$((world - 2))
+bash "$netns" --hosts "$hosts" --ranks-per-host 2 --timeout 150 --store "$store" \
+  --lose-host "$lose" --lose-on '^epoch   3/' --recovered-on 'ranks go on from step' \
+  --env DISTCOMM_IFACE=eth0 --env DISTCOMM_TIMEOUT=5 -- \
+  "$trainer" --elastic --epochs 8 --samples 8192 --dump-params "$work/params.%r" >"$work/log" 2>&1
+status=$?
+cat "$work/log"
+[ $status -ne 77 ] || exit 77
+fail=0
+say_fail() { echo "FAIL: $*"; fail=1; }
+[ $status -eq 0 ] || say_fail "netns.sh exited with status $status"
+grep -q "netns: lost host$lose" "$work/log" || say_fail "host $lose was never lost"
+grep -q "$left of $world ranks go on" "$work/log" || say_fail "no rank said $left of $world ranks go on"
+grep -q "final: test accuracy" "$work/log" || say_fail "no rank finished"
+grep -q "netns: recovered in" "$work/log" || say_fail "the survivors did not go on after the loss"
+first=''
+r=0
+while [ $r -lt $world ]; do
+  if [ $((r / 2)) -eq "$lose" ]; then
+    [ ! -f "$work/params.$r" ] || say_fail "the lost rank $r wrote parameters"
+  elif [ ! -f "$work/params.$r" ]; then
+    say_fail "rank $r wrote no parameters"
+  elif [ -z "$first" ]; then
+    first=$r
+  else
+    cmp -s "$work/params.$first" "$work/params.$r" ||
+      say_fail "rank $r's parameters differ from rank $first's"
+  fi
+  r=$((r + 1))
+done
+[ $fail -eq 0 ] && echo PASS
+exit $fail
