@@ -310,7 +310,7 @@ foreach(_comp IN LISTS DISTCOMM_BUILT_COMPONENTS ITEMS DistComm)
   set(_public_requires "")  # needed even by a shared library's consumers (headers)
   set(_public_libs "")
   if(_comp STREQUAL "core")
-    set(_requires libcrypto)  # OpenSSL's module, for the store's HMAC-SHA256
+    set(_requires libcrypto libcurl)  # OpenSSL's (the store's HMAC-SHA256), curl's (etcd_store)
     set(_libs "${_distcomm_pc_threads}")
   elseif(_comp STREQUAL "mpi")
     _distcomm_pc_mpi(_public_requires _cflags _public_libs)  # <mpi.h> is in its header

@@ -15,6 +15,8 @@ DISTCOMM_PACKAGES=(
   libcli11-dev
   libbenchmark-dev
   libssl-dev
+  libcurl4-openssl-dev
+  etcd-server
   clang
   libclang-rt-14-dev
   openmpi-bin

@@ -101,6 +101,8 @@ const std::vector<setting_info> rendezvous_rows = {
     {"DISTCOMM_MASTER_PORT", "(from the launcher)", "Port of the job's store on rank 0."},
     {"DISTCOMM_STORE_ADDR", "(unset)",
      "host:port of a store run by someone else; then no rank hosts one."},
+    {"DISTCOMM_STORE", "(unset)",
+     "etcd://[user@]host:port[,host:port...]/prefix: the job's store in an etcd cluster."},
     {"DISTCOMM_AUTH_TOKEN", "(unset: no authentication)",
      "Shared secret for the store's HMAC-SHA256 challenge-response; never sent."},
     {"DISTCOMM_AUTH_TOKEN_FILE", "(unset)", "File holding the token (instead of the variable)."},

@@ -19,6 +19,7 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/rendezvous/etcd_store.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
 #include "distcomm/rendezvous/join.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
@@ -394,9 +395,19 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
   std::string meeting_place;
   std::string where;
   const auto addr = store_addr_from_env(getenv);
-  const bool external = addr.has_value();
+  const auto url = store_url_from_env(getenv);
+  if (addr && url) {
+    throw rendezvous_error(
+        "both DISTCOMM_STORE_ADDR and DISTCOMM_STORE are set: a job has one "
+        "store; unset one of them");
+  }
+  const bool external = addr.has_value() || url.has_value();
   try {
-    if (external) {
+    if (url) {
+      // The job's store in an etcd cluster: every rank is a client, under the job's prefix.
+      where = url->text;
+      j.kv = std::make_shared<etcd_store>(*url, s.left(), token, me);
+    } else if (external) {
       // Someone else runs the store: every rank is a client.
       where = detail::host_port(addr->host, addr->port);
       j.kv = make_tcp_store(addr->host, addr->port, false, s.left(), token, me);

@@ -1,42 +1,50 @@
 #!/bin/sh
 # A whole host lost in the middle of elastic training: distcomm-train-mlp --elastic on N
 # namespace-hosts x 2 ranks (netns.sh, torchrun's variables, no backend named: the hierarchical
-# shm+gloo job), the job's store on a host of its own (distcomm-store), DISTCOMM_TIMEOUT=5. Once
-# rank 0 has reported its 3rd epoch, host H's link goes down and its ranks are killed. Passes when
+# shm+gloo job), the job's store on a host of its own (--store: distcomm-store) or in an etcd
+# cluster of one member per host (--etcd), DISTCOMM_TIMEOUT=5. Once rank 0 has reported its 3rd
+# epoch, host H's link goes down and its ranks (and etcd member) are killed. Passes when
 #   - a rank says the job went on with the other ranks ("N*2-2 of N*2 ranks go on") and one says
 #     its final line;
 #   - the survivors' final parameters are bitwise equal, and the lost ranks wrote none;
 #   - netns.sh says how long the survivors took from the loss to going on ("recovered in").
 # Skips (77) where netns.sh cannot make namespaces.
-# usage: host_loss.sh --netns PATH --trainer PATH --store PATH --hosts N --lose-host H
+# usage: host_loss.sh --netns PATH --trainer PATH (--store PATH | --etcd PATH) --hosts N
+#                     --lose-host H
 set -u
 
 usage() {
-  echo "usage: host_loss.sh --netns PATH --trainer PATH --store PATH --hosts N --lose-host H" >&2
+  echo "usage: host_loss.sh --netns PATH --trainer PATH (--store PATH | --etcd PATH) --hosts N --lose-host H" >&2
   exit 2
 }
-netns='' trainer='' store='' hosts='' lose=''
+netns='' trainer='' store='' etcd='' hosts='' lose=''
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || usage
   case $1 in
     --netns) netns=$2 ;;
     --trainer) trainer=$2 ;;
     --store) store=$2 ;;
+    --etcd) etcd=$2 ;;
     --hosts) hosts=$2 ;;
     --lose-host) lose=$2 ;;
     *) usage ;;
   esac
   shift 2
 done
-if [ -z "$netns" ] || [ -z "$trainer" ] || [ -z "$store" ] || [ -z "$hosts" ] || [ -z "$lose" ]; then
+if [ -z "$netns" ] || [ -z "$trainer" ] || [ -z "$store$etcd" ] || [ -z "$hosts" ] || [ -z "$lose" ]; then
   usage
+fi
+if [ -n "$etcd" ]; then
+  set -- --etcd "$etcd"
+else
+  set -- --store "$store"
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-host-loss.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 world=$((hosts * 2))
 left=$((world - 2))
-bash "$netns" --hosts "$hosts" --ranks-per-host 2 --timeout 150 --store "$store" \
+bash "$netns" --hosts "$hosts" --ranks-per-host 2 --timeout 150 "$@" \
   --lose-host "$lose" --lose-on '^epoch   3/' --recovered-on 'ranks go on from step' \
   --env DISTCOMM_IFACE=eth0 --env DISTCOMM_TIMEOUT=5 -- \
   "$trainer" --elastic --epochs 8 --samples 8192 --dump-params "$work/params.%r" >"$work/log" 2>&1

@@ -6,7 +6,7 @@
 # removed on exit, however the job ends.
 #
 #   netns.sh [--hosts N] [--ranks-per-host R] [--launch torchrun|tf_config] [--rate RATE]
-#            [--delay DELAY] [--timeout S] [--env NAME=VALUE]... [--store PATH]
+#            [--delay DELAY] [--timeout S] [--env NAME=VALUE]... [--store PATH] [--etcd PATH]
 #            [--lose-host H --lose-on REGEX [--recovered-on REGEX]] -- PROGRAM [ARGS...]
 #
 #   --hosts N            namespace-hosts (default 2)
@@ -25,6 +25,8 @@
 #                        host0's address
 #   --store PATH         the job's store is PATH (distcomm-store), on a host of its own (the
 #                        subnet's .250), with a fresh token; the ranks get DISTCOMM_STORE_ADDR
+#   --etcd PATH          the job's store is an etcd cluster (PATH: etcd) of one member on each
+#                        host, on its address; the ranks get DISTCOMM_STORE=etcd://.../netns-ID
 #   --lose-host H        host H is lost once a rank's output matches --lose-on's REGEX: its link
 #                        goes down (its peers hear nothing more), then every process on it is
 #                        killed. Its ranks' exit status is not counted. --recovered-on REGEX:
@@ -37,7 +39,7 @@
 set -euo pipefail
 
 hosts=2 per_host=2 launch=torchrun rate='' delay='' timeout_s=120
-store='' lose_host='' lose_on='' recovered_on=''
+store='' etcd='' lose_host='' lose_on='' recovered_on=''
 envs=()
 while (($#)); do
   case "$1" in
@@ -49,6 +51,7 @@ while (($#)); do
     --timeout) timeout_s="$2"; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
     --store) store="$2"; shift 2 ;;
+    --etcd) etcd="$2"; shift 2 ;;
     --lose-host) lose_host="$2"; shift 2 ;;
     --lose-on) lose_on="$2"; shift 2 ;;
     --recovered-on) recovered_on="$2"; shift 2 ;;
@@ -173,6 +176,33 @@ AGENT
   if ((rc == 137)); then echo "netns: mpirun still running after $timeout_s s, killed"; exit 124; fi
   ((rc == 0)) || { echo "netns: mpirun exited with status $rc"; exit 1; }
   exit 0
+fi
+
+if [[ -n "$etcd" ]]; then
+  # One etcd member per host, on the host's address: losing a host loses its member too.
+  cport=$((port + 2)) pport=$((port + 3)) cluster='' members=''
+  for ((h = 0; h < hosts; h++)); do
+    cluster+="${cluster:+,}m$h=http://$subnet.$((h + 1)):$pport"
+    members+="${members:+,}$subnet.$((h + 1)):$cport"
+  done
+  for ((h = 0; h < hosts; h++)); do
+    a="$subnet.$((h + 1))"
+    in_host "$h" timeout -s KILL "$timeout_s" "$etcd" --name "m$h" --data-dir "$work/etcd$h" \
+      --listen-client-urls "http://$a:$cport" --advertise-client-urls "http://$a:$cport" \
+      --listen-peer-urls "http://$a:$pport" --initial-advertise-peer-urls "http://$a:$pport" \
+      --initial-cluster "$cluster" --initial-cluster-token "netns-$id" \
+      >"$work/etcd$h.log" 2>&1 &
+  done
+  for ((h = 0; h < hosts; h++)); do
+    for ((i = 0; i < 300; i++)); do
+      grep -q "ready to serve client requests" "$work/etcd$h.log" && break
+      sleep 0.1
+    done
+    grep -q "ready to serve client requests" "$work/etcd$h.log" ||
+      { echo "netns: etcd member m$h did not serve within 30 s:"; cat "$work/etcd$h.log"; exit 1; }
+  done
+  echo "netns: etcd cluster of $hosts members: $members"
+  envs+=(DISTCOMM_STORE="etcd://$members/netns-$id")
 fi
 
 pids=()

@@ -1,7 +1,7 @@
 // The store contract, one body per property, run over every store: hash_store, file_store,
-// prefix_store (over a hash_store), tcp_store (a server on 127.0.0.1 with one client per thread)
-// and tcp_store clients of a distcomm-store process. TCP-only behaviour (limits on the wire,
-// auth, processes) is in test_tcp_store.cpp.
+// prefix_store (over a hash_store), tcp_store (a server on 127.0.0.1 with one client per thread),
+// tcp_store clients of a distcomm-store process, and etcd_store over a real etcd (where etcd is
+// installed). TCP-only behaviour (limits on the wire, auth, processes) is in test_tcp_store.cpp.
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
@@ -16,8 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "../rendezvous/etcd_process.hpp"
 #include "../rendezvous/store_process.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/rendezvous/etcd_store.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
 #include "distcomm/rendezvous/hash_store.hpp"
 #include "distcomm/rendezvous/join.hpp"
@@ -87,6 +89,34 @@ struct tool_backend {
   }
 };
 
+#ifdef DISTCOMM_ETCD
+// One etcd for the whole run; each backend instance is a job of its own under a prefix of its own.
+struct etcd_backend {
+  static constexpr const char* name = "etcd_store";
+  static testing::etcd_process& cluster() {
+    static testing::etcd_process etcd(DISTCOMM_ETCD);
+    return etcd;
+  }
+  static inline int jobs = 0;
+  std::string prefix = "test/job" + std::to_string(++jobs);
+  std::shared_ptr<store> client(seconds t = seconds(1.0)) {
+    etcd_address a;
+    a.endpoints = {cluster().endpoint()};
+    a.prefix = prefix;
+    a.text = "etcd://" + a.endpoints.front() + "/" + prefix;
+    return std::make_shared<etcd_store>(a, t);
+  }
+};
+#define ETCD_BACKEND , etcd_backend
+#else
+#define ETCD_BACKEND
+TEST_CASE("etcd_store: the store contract (skipped: etcd is not installed)") {
+  MESSAGE(
+      "skipped: the etcd_store cases need etcd (apt-get install etcd-server), not found when "
+      "DistComm was configured");
+}
+#endif
+
 template <class F>
 std::string timeout_of(F&& f) {
   try {
@@ -113,7 +143,8 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-#define STORE_BACKENDS hash_backend, file_backend, prefix_backend, tcp_backend, tool_backend
+#define STORE_BACKENDS \
+  hash_backend, file_backend, prefix_backend, tcp_backend, tool_backend ETCD_BACKEND
 
 TEST_CASE_TEMPLATE("store: set and get, overwrite, binary and empty values", B, STORE_BACKENDS) {
   B backend;

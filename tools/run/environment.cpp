@@ -193,8 +193,11 @@ std::string random_token(std::size_t count) {
 }
 
 bool hosts_store(const environment& caller) {
-  const char* named = caller.get("DISTCOMM_STORE_ADDR");
-  return named == nullptr || *named == '\0';
+  for (const char* name : {"DISTCOMM_STORE_ADDR", "DISTCOMM_STORE"}) {
+    const char* named = caller.get(name);
+    if (named != nullptr && *named != '\0') return false;
+  }
+  return true;
 }
 
 std::string new_job_id() { return "distcomm-run:" + random_token(8); }

@@ -90,7 +90,8 @@ bool needs_token(const environment& caller, bool no_auth);
 // id). Throws std::runtime_error when the generator fails.
 std::string random_token(std::size_t count = 32);
 
-// True when distcomm-run hosts the job's store: the caller named none (DISTCOMM_STORE_ADDR).
+// True when distcomm-run hosts the job's store: the caller named none (DISTCOMM_STORE_ADDR, or an
+// etcd cluster in DISTCOMM_STORE).
 bool hosts_store(const environment& caller);
 // What distcomm-run calls the job (DISTCOMM_JOB_ID) when the caller did not say: "distcomm-run:"
 // and 16 random hex digits, so that a rank of another job is refused by this job's store.

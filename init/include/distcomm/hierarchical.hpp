@@ -84,11 +84,11 @@ class hierarchical final : public levels {
 };
 
 // The size from which init() makes an allreduce hierarchical on a job of world `w`, or nothing
-// when it does not: DISTCOMM_HIERARCHICAL is `off`; or a backend or strategy (other than "auto") is named, or the
-// run is deterministic (the fold's order would differ from the flat one's); or the job is on one
-// host, or has one rank per host, or hosts with different numbers of ranks, or was started by
-// mpirun (whose job has no store for shm), or shm is not built. DISTCOMM_HIERARCHICAL (`auto`, the
-// default: hierarchical_threshold_default) or a size in bytes sets the size.
+// when it does not: DISTCOMM_HIERARCHICAL is `off`; or a backend or strategy (other than "auto") is
+// named, or the run is deterministic (the fold's order would differ from the flat one's); or the
+// job is on one host, or has one rank per host, or hosts with different numbers of ranks, or was
+// started by mpirun (whose job has no store for shm), or shm is not built. DISTCOMM_HIERARCHICAL
+// (`auto`, the default: hierarchical_threshold_default) or a size in bytes sets the size.
 std::optional<std::size_t> hierarchical_threshold(const world_info& w, const config& cfg,
                                                   const init_options& options);
 // 256 KiB: below it the hierarchical allreduce's three collectives against one are a wash, from
