@@ -14,6 +14,7 @@
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/rendezvous/join.hpp"
 #include "distcomm/trace/recorder_names.hpp"
+#include "launch_options.hpp"
 
 namespace distcomm {
 
@@ -156,10 +157,17 @@ std::optional<any_communicator> grow(any_communicator& comm) {
                            " ranks go on: job ranks " + rank_list(members));
   const int rank = rank_of(launched.world.rank);
   trace::name_next_recorder("g" + std::to_string(number));
+  // As init() of the launcher's job was asked, which the replacements' init() repeats: a job
+  // init() made hierarchical is rebuilt so where its hosts allow (the survivors of a shrink are
+  // flat). Without that init(), as comm was made.
   init_options o;
-  o.backend = comm.backend_name();
-  o.strategy = comm.strategy_name();
-  o.settings = comm.settings();
+  if (const std::optional<init_options> launched_with = detail::launch_options()) {
+    o = *launched_with;
+  } else {
+    o.backend = comm.backend_name();
+    o.strategy = comm.strategy_name();
+  }
+  if (!o.settings) o.settings = comm.settings();
   return init(
       job{join::grown_world(launched.world, rank, size), join::group_store(launched.kv, number)},
       o);

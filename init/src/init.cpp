@@ -2,6 +2,7 @@
 // make_communicator() overload of each backend's library (where its communicators are compiled).
 #include "distcomm/init.hpp"
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/world.hpp"
+#include "launch_options.hpp"
 
 namespace distcomm {
 
@@ -95,7 +97,29 @@ any_communicator connect(const init_options& options, const job* given) {
 
 }  // namespace
 
-any_communicator init(const init_options& options) { return connect(options, nullptr); }
+namespace detail {
+
+namespace {
+std::mutex launch_mu;
+std::optional<init_options> launched;
+}  // namespace
+
+void remember_launch_options(const init_options& options) {
+  const std::lock_guard<std::mutex> lock(launch_mu);
+  launched = options;
+}
+
+std::optional<init_options> launch_options() {
+  const std::lock_guard<std::mutex> lock(launch_mu);
+  return launched;
+}
+
+}  // namespace detail
+
+any_communicator init(const init_options& options) {
+  detail::remember_launch_options(options);
+  return connect(options, nullptr);
+}
 
 any_communicator init(const job& world, const init_options& options) {
   return connect(options, &world);

@@ -402,6 +402,17 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
         "store; unset one of them");
   }
   const bool external = addr.has_value() || url.has_value();
+  const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  if (!external && agent_store != nullptr && std::string(agent_store) == "True") {
+    // torchrun's agent listens on MASTER_PORT itself: rank 0 could not host a store there.
+    throw rendezvous_error(
+        s.who() + ": torchrun's agent hosts this job's store at " +
+        detail::host_port(j.world.master_addr, j.world.master_port) +
+        " (TORCHELASTIC_USE_AGENT_STORE=True), a c10d TCPStore, whose protocol DistComm's C++ "
+        "init() does not speak; start a distcomm-store and give the ranks DISTCOMM_STORE_ADDR, "
+        "or DISTCOMM_STORE=etcd://..., or use the torch.distributed binding, which uses the "
+        "agent's store");
+  }
   try {
     if (url) {
       // The job's store in an etcd cluster: every rank is a client, under the job's prefix.

@@ -52,6 +52,9 @@ pid_of_rank() {
   done
   return 1
 }
+# The time now, and the seconds since $1 (for the recovery times the script prints).
+now() { date +%s.%N; }
+since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.2f", a - b }'; }
 # Waits up to $2 tenths of a second for the log to match $1.
 await() {
   i=0
@@ -89,7 +92,10 @@ if await '^epoch   3/' 600 && victim_pid=$(pid_of_rank "$victim"); then
   sig=$signal
   [ "$sig" != REPLACE ] || sig=KILL
   kill -"$sig" "$victim_pid"
+  lost_at=$(now)
   echo "sent SIG$sig to rank $victim (pid $victim_pid)"
+  # Not a check (timing targets live in benchmarks): what bench/elastic/recovery.sh reads.
+  await "3 of 4 ranks go on" 300 && echo "recovered in $(since "$lost_at") s"
   if [ "$signal" = STOP ]; then
     await '^final:' 900 || say_fail "the survivors did not finish"
     kill -KILL "$victim_pid"
@@ -97,9 +103,11 @@ if await '^epoch   3/' 600 && victim_pid=$(pid_of_rank "$victim"); then
     if await "3 of 4 ranks go on" 300; then
       # The replacement: rank V's environment and arguments, nothing else.
       printf '%s\0' "$exe" "$@" >>"$work/env.$victim"
+      started_at=$(now)
       xargs -0 -a "$work/env.$victim" env -i >"$work/log.$victim" 2>&1 &
       replacement=$!
       echo "started a replacement for rank $victim (pid $replacement)"
+      await "1 rank joined" 300 && echo "joined in $(since "$started_at") s"
       survivors="0 1 2 3"
     else
       say_fail "the job did not shrink, so no replacement was started"

@@ -8,17 +8,26 @@
 #     its final line;
 #   - the survivors' final parameters are bitwise equal, and the lost ranks wrote none;
 #   - netns.sh says how long the survivors took from the loss to going on ("recovered in").
+# With --replace the host then comes back and its ranks are started again as they were first (a
+# replacement machine): they must join the running job, which finishes at its first size
+# ("N*2 of N*2 ranks go on") with every rank's parameters equal; netns.sh says how long from
+# their start until a rank said they joined ("joined in").
 # Skips (77) where netns.sh cannot make namespaces.
 # usage: host_loss.sh --netns PATH --trainer PATH (--store PATH | --etcd PATH) --hosts N
-#                     --lose-host H
+#                     --lose-host H [--replace]
 set -u
 
 usage() {
   echo "usage: host_loss.sh --netns PATH --trainer PATH (--store PATH | --etcd PATH) --hosts N --lose-host H" >&2
   exit 2
 }
-netns='' trainer='' store='' etcd='' hosts='' lose=''
+netns='' trainer='' store='' etcd='' hosts='' lose='' replace=''
 while [ $# -gt 0 ]; do
+  if [ "$1" = --replace ]; then
+    replace=1
+    shift
+    continue
+  fi
   [ $# -ge 2 ] || usage
   case $1 in
     --netns) netns=$2 ;;
@@ -39,6 +48,10 @@ if [ -n "$etcd" ]; then
 else
   set -- --store "$store"
 fi
+# An epoch after the loss takes a fraction of a second: with a replacement, enough of them that
+# the job is still running when the host's ranks come back and ask to join (a few seconds).
+epochs=8
+[ -z "$replace" ] || { set -- "$@" --replace --joined-on 'ranks? joined'; epochs=40; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-host-loss.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
@@ -47,7 +60,7 @@ left=$((world - 2))
 bash "$netns" --hosts "$hosts" --ranks-per-host 2 --timeout 150 "$@" \
   --lose-host "$lose" --lose-on '^epoch   3/' --recovered-on 'ranks go on from step' \
   --env DISTCOMM_IFACE=eth0 --env DISTCOMM_TIMEOUT=5 -- \
-  "$trainer" --elastic --epochs 8 --samples 8192 --dump-params "$work/params.%r" >"$work/log" 2>&1
+  "$trainer" --elastic --epochs "$epochs" --samples 8192 --dump-params "$work/params.%r" >"$work/log" 2>&1
 status=$?
 cat "$work/log"
 [ $status -ne 77 ] || exit 77
@@ -59,9 +72,14 @@ grep -q "$left of $world ranks go on" "$work/log" || say_fail "no rank said $lef
 grep -q "final: test accuracy" "$work/log" || say_fail "no rank finished"
 grep -q "netns: recovered in" "$work/log" || say_fail "the survivors did not go on after the loss"
 first=''
+if [ -n "$replace" ]; then
+  grep -q "netns: joined in" "$work/log" || say_fail "the host's ranks started again did not join"
+  grep -q "$world of $world ranks go on" "$work/log" ||
+    say_fail "no rank said the job went on at its first size ($world ranks)"
+fi
 r=0
 while [ $r -lt $world ]; do
-  if [ $((r / 2)) -eq "$lose" ]; then
+  if [ $((r / 2)) -eq "$lose" ] && [ -z "$replace" ]; then
     [ ! -f "$work/params.$r" ] || say_fail "the lost rank $r wrote parameters"
   elif [ ! -f "$work/params.$r" ]; then
     say_fail "rank $r wrote no parameters"

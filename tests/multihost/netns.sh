@@ -7,7 +7,8 @@
 #
 #   netns.sh [--hosts N] [--ranks-per-host R] [--launch torchrun|tf_config] [--rate RATE]
 #            [--delay DELAY] [--timeout S] [--env NAME=VALUE]... [--store PATH] [--etcd PATH]
-#            [--lose-host H --lose-on REGEX [--recovered-on REGEX]] -- PROGRAM [ARGS...]
+#            [--lose-host H --lose-on REGEX [--recovered-on REGEX [--replace [--joined-on REGEX]]]]
+#            -- PROGRAM [ARGS...]
 #
 #   --hosts N            namespace-hosts (default 2)
 #   --ranks-per-host R   ranks started on each (default 2); rank = host * R + local rank
@@ -31,7 +32,10 @@
 #                        goes down (its peers hear nothing more), then every process on it is
 #                        killed. Its ranks' exit status is not counted. --recovered-on REGEX:
 #                        the seconds from the loss until a rank's output matches it are printed
-#                        ("netns: recovered in S s").
+#                        ("netns: recovered in S s"). --replace: then the host comes back and its
+#                        ranks are started again as they were first (they must join the running
+#                        job and exit 0); --joined-on REGEX: the seconds from their start until a
+#                        rank's output matches it ("netns: joined in S s").
 #
 # Every rank's output is printed after the job, prefixed with its rank. Exit status: 0 when every
 # rank exited 0; 77 (ctest's skip) with the reason when namespaces cannot be made (not root, no
@@ -39,7 +43,7 @@
 set -euo pipefail
 
 hosts=2 per_host=2 launch=torchrun rate='' delay='' timeout_s=120
-store='' etcd='' lose_host='' lose_on='' recovered_on=''
+store='' etcd='' lose_host='' lose_on='' recovered_on='' replace='' joined_on=''
 envs=()
 while (($#)); do
   case "$1" in
@@ -55,6 +59,8 @@ while (($#)); do
     --lose-host) lose_host="$2"; shift 2 ;;
     --lose-on) lose_on="$2"; shift 2 ;;
     --recovered-on) recovered_on="$2"; shift 2 ;;
+    --replace) replace=1; shift ;;
+    --joined-on) joined_on="$2"; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
     *) echo "netns.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -205,10 +211,9 @@ if [[ -n "$etcd" ]]; then
   envs+=(DISTCOMM_STORE="etcd://$members/netns-$id")
 fi
 
-pids=()
-for ((r = 0; r < world; r++)); do
-  h=$((r / per_host)) l=$((r % per_host))
-  vars=()
+# Starts rank $1 on its host, its output in $2, in the background.
+start_rank() {
+  local r="$1" h=$(($1 / per_host)) l=$(($1 % per_host)) vars=()
   if [[ "$launch" == torchrun ]]; then
     vars=(RANK=$r WORLD_SIZE=$world LOCAL_RANK=$l LOCAL_WORLD_SIZE=$per_host GROUP_RANK=$h
           MASTER_ADDR="$master" MASTER_PORT=$port)
@@ -216,8 +221,13 @@ for ((r = 0; r < world; r++)); do
     vars=("TF_CONFIG={\"cluster\": {\"worker\": [$tf_cluster]}, \"task\": {\"type\": \"worker\", \"index\": $r}}")
   fi
   # A UTS namespace of its own per rank, named after its host: ranks of one host share the name.
-  in_host "$h" env "${vars[@]}" ${envs[@]+"${envs[@]}"} timeout -s KILL "$timeout_s" "$@" \
-    >"$work/rank$r.log" 2>&1 &
+  in_host "$h" env "${vars[@]}" ${envs[@]+"${envs[@]}"} timeout -s KILL "$timeout_s" "${program[@]}" \
+    >"$2" 2>&1 &
+}
+program=("$@")
+pids=()
+for ((r = 0; r < world; r++)); do
+  start_rank "$r" "$work/rank$r.log"
   pids+=($!)
 done
 
@@ -233,16 +243,43 @@ if [[ -n "$lose_host" ]]; then
         echo "netns: lost host$lose_host (ranks $((lose_host * per_host))-$((lose_host * per_host + per_host - 1))) once '$lose_on' appeared"
         [[ -n "$recovered_on" ]] || exit 0
         before=$(cat "$work"/rank*.log | grep -cE -- "$recovered_on" || true)
+        recovered=''
         for ((j = 0; j < timeout_s * 20; j++)); do
           now=$(cat "$work"/rank*.log | grep -cE -- "$recovered_on" || true)
           if ((now > before)); then
+            recovered=1
             echo "netns: recovered in $(awk -v a="$(date +%s.%N)" -v b="$lost_at" 'BEGIN { printf "%.2f", a - b }') s ('$recovered_on' appeared)"
-            exit 0
+            break
           fi
           sleep 0.05
         done
-        echo "netns: '$recovered_on' never appeared after the loss"
-        exit 0
+        [[ -n "$recovered" ]] || { echo "netns: '$recovered_on' never appeared after the loss"; exit 0; }
+        [[ -n "$replace" ]] || exit 0
+        # The host comes back (a replacement machine at the same address) and its ranks are
+        # started again as they were first; they must join the running job.
+        ip link set "dv$id-$lose_host" up
+        back_at=$(date +%s.%N)
+        again=()
+        for ((r = lose_host * per_host; r < (lose_host + 1) * per_host; r++)); do
+          start_rank "$r" "$work/rank$r.again.log"
+          again+=($!)
+        done
+        echo "netns: host$lose_host is back; its ranks started again"
+        if [[ -n "$joined_on" ]]; then
+          before=$(cat "$work"/rank*.log | grep -cE -- "$joined_on" || true)
+          for ((j = 0; j < timeout_s * 20; j++)); do
+            now=$(cat "$work"/rank*.log | grep -cE -- "$joined_on" || true)
+            if ((now > before)); then
+              echo "netns: joined in $(awk -v a="$(date +%s.%N)" -v b="$back_at" 'BEGIN { printf "%.2f", a - b }') s ('$joined_on' appeared)"
+              break
+            fi
+            sleep 0.05
+          done
+        fi
+        rc=0
+        for p in "${again[@]}"; do wait "$p" || rc=1; done
+        ((rc == 0)) || echo "netns: a rank started again on host$lose_host failed"
+        exit "$rc"
       fi
       sleep 0.1
     done
@@ -265,7 +302,10 @@ for ((r = 0; r < world; r++)); do
     ((status == 124)) || status=1
   fi
 done
-[[ -z "$lose_host" ]] || wait "$watcher" || true
-for ((r = 0; r < world; r++)); do sed "s/^/[rank $r] /" "$work/rank$r.log"; done
+if [[ -n "$lose_host" ]] && ! wait "$watcher"; then status=1; fi
+for ((r = 0; r < world; r++)); do
+  sed "s/^/[rank $r] /" "$work/rank$r.log"
+  [[ ! -f "$work/rank$r.again.log" ]] || sed "s/^/[rank $r again] /" "$work/rank$r.again.log"
+done
 [[ -z "$store" ]] || sed 's/^/[store] /' "$work/store.log"
 exit $status

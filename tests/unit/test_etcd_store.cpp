@@ -1,11 +1,19 @@
 // etcd_store beyond the store contract (test_store.cpp runs that on it): DISTCOMM_STORE's form,
-// one job per prefix, the job's lease on every key, and etcd's authentication with the job's token.
+// one job per prefix, the job's lease on every key, etcd's authentication with the job's token,
+// garbage and a flood at etcd's port, members that do not answer.
 // Against a real etcd (etcd_process.hpp); without one installed, each case says it is skipped.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../../src/rendezvous/etcd_client.hpp"
 #include "../rendezvous/etcd_process.hpp"
@@ -140,6 +148,42 @@ TEST_CASE("etcd_store: etcd's authentication, the job's token as the password") 
   const std::string outside = error_of<rendezvous_error>(
       [&] { etcd_store(at(etcd.endpoint(), "other/c", "trainer"), seconds(5), token); });
   CHECK_HAS(outside, "permission denied");
+}
+
+TEST_CASE("etcd_store: garbage and a flood of silent connections at etcd leave the job served") {
+  testing::etcd_process etcd(DISTCOMM_ETCD);
+  const int port = std::stoi(etcd.endpoint().substr(etcd.endpoint().rfind(':') + 1));
+  const auto connect_to = [&] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    return fd;
+  };
+  std::vector<int> held;
+  for (int i = 0; i < 500; ++i) held.push_back(connect_to());  // say nothing
+  const std::string garbage(4096, '\xab');
+  for (int i = 0; i < 20; ++i) {
+    const int fd = connect_to();
+    ::send(fd, garbage.data(), garbage.size(), MSG_NOSIGNAL);
+    held.push_back(fd);
+  }
+  // A request that lies about its length, and one whose JSON is cut off.
+  for (const std::string& request :
+       {std::string("POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n{"),
+        std::string(
+            "POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{\"key\":\"")}) {
+    const int fd = connect_to();
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    held.push_back(fd);
+  }
+  etcd_store s(at(etcd.endpoint(), "jobs/e"), seconds(5), {}, job_identity{2, "flooded"});
+  s.set("k", b("v"));
+  CHECK(s.get("k") == b("v"));
+  CHECK(s.add("n", 3) == 3);
+  for (const int fd : held) ::close(fd);
 }
 
 TEST_CASE("etcd_store: a member that does not answer is left for the next; none: timeout_error") {

@@ -971,6 +971,26 @@ TEST_CASE("job_identity_from_env: the world size and the launcher's job id") {
             .id.empty());
 }
 
+TEST_CASE("bootstrap: under torchrun's agent store, the C++ init() says what to use instead") {
+  env_map e = {{"RANK", "1"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", "29511"},
+               {"TORCHELASTIC_RUN_ID", "r"},
+               {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  rank_run r;
+  start_rank(r, e, with_timeout(5), std::chrono::steady_clock::now()).join();
+  CHECK_HAS(r.error, "torchrun's agent hosts this job's store at 127.0.0.1:29511");
+  CHECK_HAS(r.error, "DISTCOMM_STORE_ADDR");
+  CHECK(r.finished < 1.0);
+  // With a store named, the agent's is not needed: the rank goes on to it (none runs here).
+  e["DISTCOMM_STORE_ADDR"] = "127.0.0.1:" + std::to_string(free_port());
+  rank_run named;
+  start_rank(named, e, with_timeout(0.5), std::chrono::steady_clock::now()).join();
+  CHECK(named.error.find("torchrun's agent") == std::string::npos);
+  CHECK_HAS(named.error, "could not connect to the store");
+}
+
 TEST_CASE("bootstrap: a rank of another job on this job's port fails at once, the job goes on") {
   stderr_capture log;
   const int port = free_port();

@@ -49,7 +49,8 @@ std::int64_t waiting_to_join(const any_communicator& comm);
 // Every rank of `comm`, at the same point: rank 0 reads who waits and tells the others; the
 // replacements for job ranks that are not members are admitted, the others refused with the
 // reason (a duplicate of a live rank). Returns the grown communicator (old and new members
-// ranked by job rank, same backend, strategy and settings, connected anew), or nullopt when
+// ranked by job rank, connected anew as init() of the launcher's job was asked, as the
+// replacements' init() does: a hierarchical job is hierarchical again), or nullopt when
 // nobody joins (comm stays as it was). A replacement may take rank 0 (it replaces job rank 0):
 // send the state from a rank that has it (is_replacement()). Needs a job bootstrapped through
 // the job's store (not init(job)), a backend that connects through it (gloo, ucx, shm); otherwise

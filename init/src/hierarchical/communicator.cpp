@@ -10,6 +10,7 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/hierarchical.hpp"
+#include "distcomm/log.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/strategy/table.hpp"
 
@@ -32,7 +33,15 @@ std::optional<std::size_t> hierarchical_threshold(const world_info& w, const con
     return std::nullopt;
   }
   if (w.size <= 1 || w.single_node() || started_by_mpi(w.launcher) || w.local_size <= 1 ||
-      w.size % w.local_size != 0 || intra_host_backend().empty()) {
+      intra_host_backend().empty()) {
+    return std::nullopt;
+  }
+  if (w.size % w.local_size != 0) {
+    // A job that lost some of a host's ranks and took back fewer, say.
+    log(log_level::info, "init: " + std::to_string(w.size) + " ranks do not fill hosts of " +
+                             std::to_string(w.local_size) +
+                             ": the hosts hold different numbers of ranks, so the communicator is "
+                             "flat, not hierarchical");
     return std::nullopt;
   }
   return from;
