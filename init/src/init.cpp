@@ -11,6 +11,7 @@
 #include "distcomm/log.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/registry/strategies.hpp"
+#include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "launch_options.hpp"
 
@@ -59,7 +60,15 @@ any_communicator connect(const init_options& options, const job* given) {
   const config cfg = settings_of(options);
   // A job across hosts with several ranks on each: shm inside each host, the network backend
   // across, when nothing else is asked for (hierarchical.hpp says when and from which size).
-  const world_info w = world_for_default(options, cfg, given);
+  world_info w = world_for_default(options, cfg, given);
+  job launched;
+  if (given == nullptr && hierarchical_threshold(w, cfg, options)) {
+    // Decided on the job this process is in, which for a replacement admitted to a running job
+    // is the grown one (its hosts may hold different numbers of ranks), not the launcher's.
+    launched = shared_bootstrap(cfg);
+    given = &launched;
+    w = launched.world;
+  }
   if (const std::optional<std::size_t> from = hierarchical_threshold(w, cfg, options)) {
     init_options intra = options, inter = options;
     intra.settings = inter.settings = cfg;

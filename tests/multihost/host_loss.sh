@@ -11,21 +11,29 @@
 # With --replace the host then comes back and its ranks are started again as they were first (a
 # replacement machine): they must join the running job, which finishes at its first size
 # ("N*2 of N*2 ranks go on") with every rank's parameters equal; netns.sh says how long from
-# their start until a rank said they joined ("joined in").
+# their start until a rank said they joined ("joined in"). --replace-ranks 1: only the host's
+# first rank comes back, so the hosts hold different numbers of ranks: the grown job must be
+# flat, and say so, and finish with one rank fewer than at first.
 # Skips (77) where netns.sh cannot make namespaces.
 # usage: host_loss.sh --netns PATH --trainer PATH (--store PATH | --etcd PATH) --hosts N
-#                     --lose-host H [--replace]
+#                     --lose-host H [--replace | --replace-ranks K]
 set -u
 
 usage() {
   echo "usage: host_loss.sh --netns PATH --trainer PATH (--store PATH | --etcd PATH) --hosts N --lose-host H" >&2
   exit 2
 }
-netns='' trainer='' store='' etcd='' hosts='' lose='' replace=''
+netns='' trainer='' store='' etcd='' hosts='' lose='' replace='' back=2
 while [ $# -gt 0 ]; do
   if [ "$1" = --replace ]; then
     replace=1
     shift
+    continue
+  fi
+  if [ "$1" = --replace-ranks ] && [ $# -ge 2 ]; then
+    replace=1
+    back=$2
+    shift 2
     continue
   fi
   [ $# -ge 2 ] || usage
@@ -51,7 +59,10 @@ fi
 # An epoch after the loss takes a fraction of a second: with a replacement, enough of them that
 # the job is still running when the host's ranks come back and ask to join (a few seconds).
 epochs=8
-[ -z "$replace" ] || { set -- "$@" --replace --joined-on 'ranks? joined'; epochs=40; }
+[ -z "$replace" ] || {
+  set -- "$@" --replace-ranks "$back" --joined-on 'ranks? joined' --env DISTCOMM_LOG=info
+  epochs=40
+}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-host-loss.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
@@ -73,13 +84,18 @@ grep -q "final: test accuracy" "$work/log" || say_fail "no rank finished"
 grep -q "netns: recovered in" "$work/log" || say_fail "the survivors did not go on after the loss"
 first=''
 if [ -n "$replace" ]; then
+  grown=$((left + back))
   grep -q "netns: joined in" "$work/log" || say_fail "the host's ranks started again did not join"
-  grep -q "$world of $world ranks go on" "$work/log" ||
-    say_fail "no rank said the job went on at its first size ($world ranks)"
+  grep -q "$grown of $world ranks go on" "$work/log" ||
+    say_fail "no rank said the job went on with $grown of $world ranks"
+  if [ "$back" -lt 2 ]; then
+    grep -q "ranks do not fill hosts of 2: the hosts hold different numbers of ranks, so the communicator is flat" "$work/log" ||
+      say_fail "the grown job of uneven hosts did not say it is flat"
+  fi
 fi
 r=0
 while [ $r -lt $world ]; do
-  if [ $((r / 2)) -eq "$lose" ] && [ -z "$replace" ]; then
+  if [ $((r / 2)) -eq "$lose" ] && { [ -z "$replace" ] || [ $((r % 2)) -ge "$back" ]; }; then
     [ ! -f "$work/params.$r" ] || say_fail "the lost rank $r wrote parameters"
   elif [ ! -f "$work/params.$r" ]; then
     say_fail "rank $r wrote no parameters"

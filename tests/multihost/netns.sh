@@ -34,8 +34,9 @@
 #                        the seconds from the loss until a rank's output matches it are printed
 #                        ("netns: recovered in S s"). --replace: then the host comes back and its
 #                        ranks are started again as they were first (they must join the running
-#                        job and exit 0); --joined-on REGEX: the seconds from their start until a
-#                        rank's output matches it ("netns: joined in S s").
+#                        job and exit 0), or only the first K of them with --replace-ranks K;
+#                        --joined-on REGEX: the seconds from their start until a rank's output
+#                        matches it ("netns: joined in S s").
 #
 # Every rank's output is printed after the job, prefixed with its rank. Exit status: 0 when every
 # rank exited 0; 77 (ctest's skip) with the reason when namespaces cannot be made (not root, no
@@ -43,7 +44,7 @@
 set -euo pipefail
 
 hosts=2 per_host=2 launch=torchrun rate='' delay='' timeout_s=120
-store='' etcd='' lose_host='' lose_on='' recovered_on='' replace='' joined_on=''
+store='' etcd='' lose_host='' lose_on='' recovered_on='' replace='' replace_ranks='' joined_on=''
 envs=()
 while (($#)); do
   case "$1" in
@@ -60,6 +61,7 @@ while (($#)); do
     --lose-on) lose_on="$2"; shift 2 ;;
     --recovered-on) recovered_on="$2"; shift 2 ;;
     --replace) replace=1; shift ;;
+    --replace-ranks) replace=1; replace_ranks="$2"; shift 2 ;;
     --joined-on) joined_on="$2"; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
@@ -260,7 +262,7 @@ if [[ -n "$lose_host" ]]; then
         ip link set "dv$id-$lose_host" up
         back_at=$(date +%s.%N)
         again=()
-        for ((r = lose_host * per_host; r < (lose_host + 1) * per_host; r++)); do
+        for ((r = lose_host * per_host; r < lose_host * per_host + ${replace_ranks:-per_host}; r++)); do
           start_rank "$r" "$work/rank$r.again.log"
           again+=($!)
         done
@@ -292,7 +294,7 @@ for ((r = 0; r < world; r++)); do
   rc=0
   wait "${pids[$r]}" || rc=$?
   if [[ -n "$lose_host" ]] && ((r / per_host == lose_host)); then
-    continue  # lost with its host
+    continue  # lost with its host (the ranks started again count in the watcher's status)
   fi
   if ((rc == 137)); then
     echo "netns: rank $r still running after $timeout_s s, killed"
