@@ -280,8 +280,10 @@ struct etcd_store::impl {
     while (!keeper_cv.wait_for(lock, lease_renewal, [&] { return stopping; })) {
       lock.unlock();
       try {
-        const json reply = renewer.call("/v3/lease/keepalive", {{"ID", lease}},
-                                        detail::deadline_after(lease_renewal));
+        // A short deadline: the destructor waits for this call to end.
+        const json reply =
+            renewer.call("/v3/lease/keepalive", {{"ID", lease}},
+                         detail::deadline_after(detail::etcd_client::attempt_timeout));
         if (int_of(reply.value("result", json::object()), "TTL") <= 0 && !warned) {
           warned = true;
           log(log_level::error,

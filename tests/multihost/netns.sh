@@ -27,7 +27,8 @@
 #   --store PATH         the job's store is PATH (distcomm-store), on a host of its own (the
 #                        subnet's .250), with a fresh token; the ranks get DISTCOMM_STORE_ADDR
 #   --etcd PATH          the job's store is an etcd cluster (PATH: etcd) of one member on each
-#                        host, on its address; the ranks get DISTCOMM_STORE=etcd://.../netns-ID
+#                        host, on its address (and on hosts of their own up to 3 members); the
+#                        ranks get DISTCOMM_STORE=etcd://.../netns-ID
 #   --lose-host H        host H is lost once a rank's output matches --lose-on's REGEX: its link
 #                        goes down (its peers hear nothing more), then every process on it is
 #                        killed. Its ranks' exit status is not counted. --recovered-on REGEX:
@@ -128,16 +129,22 @@ done
 world=$((hosts * per_host))
 master="$subnet.1"
 port=$(( 29500 + id % 20000 ))
-if [[ -n "$store" ]]; then
-  # The store's own host: not one of the job's, so that losing any of them leaves it.
-  ns="dc$id-store"
+# A host on the bridge that is not one of the job's (the store's, an etcd member's): "side_host
+# NAME ADDRESS" makes the namespace dc<id>-NAME with eth0 at ADDRESS.
+side_host() {
+  local ns="dc$id-$1"
   ip netns add "$ns"
   namespaces+=("$ns")
-  ip link add "dv$id-s" type veth peer name eth0 netns "$ns"
-  ip link set "dv$id-s" master "$bridge" up
+  ip link add "dv$id-$1" type veth peer name eth0 netns "$ns"
+  ip link set "dv$id-$1" master "$bridge" up
   ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "$subnet.250/24" dev eth0
+  ip -n "$ns" addr add "$2/24" dev eth0
   ip -n "$ns" link set eth0 up
+}
+if [[ -n "$store" ]]; then
+  # The store's own host: not one of the job's, so that losing any of them leaves it.
+  side_host s "$subnet.250"
+  ns="dc$id-s"
   token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
   DISTCOMM_AUTH_TOKEN=$token ip netns exec "$ns" "$store" --host "$subnet.250" --port $((port + 1)) \
     --world-size "$world" --job-id "netns-$id" --timeout "$timeout_s" >"$work/store.out" 2>"$work/store.log" &
@@ -187,21 +194,29 @@ AGENT
 fi
 
 if [[ -n "$etcd" ]]; then
-  # One etcd member per host, on the host's address: losing a host loses its member too.
+  # One etcd member per host, on the host's address: losing a host loses its member too. Under
+  # 3 hosts, members on hosts of their own make it 3, so that the loss of one leaves a quorum.
   cport=$((port + 2)) pport=$((port + 3)) cluster='' members=''
-  for ((h = 0; h < hosts; h++)); do
-    cluster+="${cluster:+,}m$h=http://$subnet.$((h + 1)):$pport"
-    members+="${members:+,}$subnet.$((h + 1)):$cport"
+  etcd_members=$((hosts < 3 ? 3 : hosts))
+  member_address() { if (($1 < hosts)); then echo "$subnet.$(($1 + 1))"; else echo "$subnet.$((240 + $1))"; fi; }
+  for ((h = 0; h < etcd_members; h++)); do
+    cluster+="${cluster:+,}m$h=http://$(member_address "$h"):$pport"
+    members+="${members:+,}$(member_address "$h"):$cport"
   done
-  for ((h = 0; h < hosts; h++)); do
-    a="$subnet.$((h + 1))"
-    in_host "$h" timeout -s KILL "$timeout_s" "$etcd" --name "m$h" --data-dir "$work/etcd$h" \
+  for ((h = 0; h < etcd_members; h++)); do
+    a=$(member_address "$h")
+    run_in=(in_host "$h")
+    if ((h >= hosts)); then
+      side_host "e$h" "$a"
+      run_in=(ip netns exec "dc$id-e$h")
+    fi
+    "${run_in[@]}" timeout -s KILL "$timeout_s" "$etcd" --name "m$h" --data-dir "$work/etcd$h" \
       --listen-client-urls "http://$a:$cport" --advertise-client-urls "http://$a:$cport" \
       --listen-peer-urls "http://$a:$pport" --initial-advertise-peer-urls "http://$a:$pport" \
       --initial-cluster "$cluster" --initial-cluster-token "netns-$id" \
       >"$work/etcd$h.log" 2>&1 &
   done
-  for ((h = 0; h < hosts; h++)); do
+  for ((h = 0; h < etcd_members; h++)); do
     for ((i = 0; i < 300; i++)); do
       grep -q "ready to serve client requests" "$work/etcd$h.log" && break
       sleep 0.1
@@ -209,7 +224,7 @@ if [[ -n "$etcd" ]]; then
     grep -q "ready to serve client requests" "$work/etcd$h.log" ||
       { echo "netns: etcd member m$h did not serve within 30 s:"; cat "$work/etcd$h.log"; exit 1; }
   done
-  echo "netns: etcd cluster of $hosts members: $members"
+  echo "netns: etcd cluster of $etcd_members members: $members"
   envs+=(DISTCOMM_STORE="etcd://$members/netns-$id")
 fi
 
