@@ -33,6 +33,7 @@
 #include "distcomm/core/tensor_view.hpp"
 #include "distcomm/engine/engine.hpp"
 #include "distcomm/init.hpp"
+#include "distcomm/rendezvous/world.hpp"
 #include "distcomm/strategy/table.hpp"
 #include "elastic.hpp"
 #include "mlp.hpp"
@@ -72,7 +73,9 @@ inline double percent(double part, double whole) { return whole > 0 ? 100.0 * pa
 inline void train(distcomm::any_communicator& comm, const options& o) {
   using detail::clock;
   // Rank, world and what follows from them change when --elastic shrinks the job.
-  const int job_rank = comm.rank();  // names this process's --dump-params file
+  // Names this process's --dump-params file: the launcher's rank, which a replacement admitted to
+  // a job still missing lower ranks does not have in its communicator.
+  const int job_rank = distcomm::is_replacement() ? distcomm::detect_world().rank : comm.rank();
   int rank = job_rank;
   bool leader = rank == 0;
   auto world = static_cast<std::size_t>(comm.size());
