@@ -248,6 +248,22 @@ for ((r = 0; r < world; r++)); do
   pids+=($!)
 done
 
+# "time_until WHAT REGEX SINCE": waits until the ranks' output matches REGEX once more than now,
+# then prints "netns: WHAT in S s" (S: seconds since the time SINCE); 1 when it never does.
+time_until() {
+  local before now j
+  before=$(cat "$work"/rank*.log | grep -cE -- "$2" || true)
+  for ((j = 0; j < timeout_s * 20; j++)); do
+    now=$(cat "$work"/rank*.log | grep -cE -- "$2" || true)
+    if ((now > before)); then
+      echo "netns: $1 in $(awk -v a="$(date +%s.%N)" -v b="$3" 'BEGIN { printf "%.2f", a - b }') s ('$2' appeared)"
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+
 if [[ -n "$lose_host" ]]; then
   # Watches the ranks' output; once it matches, host $lose_host is lost: link down first (no
   # FIN or RST reaches its peers, as when a machine vanishes), then its processes killed.
@@ -259,18 +275,8 @@ if [[ -n "$lose_host" ]]; then
         lost_at=$(date +%s.%N)
         echo "netns: lost host$lose_host (ranks $((lose_host * per_host))-$((lose_host * per_host + per_host - 1))) once '$lose_on' appeared"
         [[ -n "$recovered_on" ]] || exit 0
-        before=$(cat "$work"/rank*.log | grep -cE -- "$recovered_on" || true)
-        recovered=''
-        for ((j = 0; j < timeout_s * 20; j++)); do
-          now=$(cat "$work"/rank*.log | grep -cE -- "$recovered_on" || true)
-          if ((now > before)); then
-            recovered=1
-            echo "netns: recovered in $(awk -v a="$(date +%s.%N)" -v b="$lost_at" 'BEGIN { printf "%.2f", a - b }') s ('$recovered_on' appeared)"
-            break
-          fi
-          sleep 0.05
-        done
-        [[ -n "$recovered" ]] || { echo "netns: '$recovered_on' never appeared after the loss"; exit 0; }
+        time_until recovered "$recovered_on" "$lost_at" ||
+          { echo "netns: '$recovered_on' never appeared after the loss"; exit 0; }
         [[ -n "$replace" ]] || exit 0
         # The host comes back (a replacement machine at the same address) and its ranks are
         # started again as they were first; they must join the running job.
@@ -282,17 +288,7 @@ if [[ -n "$lose_host" ]]; then
           again+=($!)
         done
         echo "netns: host$lose_host is back; its ranks started again"
-        if [[ -n "$joined_on" ]]; then
-          before=$(cat "$work"/rank*.log | grep -cE -- "$joined_on" || true)
-          for ((j = 0; j < timeout_s * 20; j++)); do
-            now=$(cat "$work"/rank*.log | grep -cE -- "$joined_on" || true)
-            if ((now > before)); then
-              echo "netns: joined in $(awk -v a="$(date +%s.%N)" -v b="$back_at" 'BEGIN { printf "%.2f", a - b }') s ('$joined_on' appeared)"
-              break
-            fi
-            sleep 0.05
-          done
-        fi
+        [[ -z "$joined_on" ]] || time_until joined "$joined_on" "$back_at" || true
         rc=0
         for p in "${again[@]}"; do wait "$p" || rc=1; done
         ((rc == 0)) || echo "netns: a rank started again on host$lose_host failed"

@@ -66,17 +66,7 @@ std::string error_of(F&& f) {
 }
 
 // A port nothing listens on (bound once, then released).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+int free_port() { return testing::server_process::free_port(); }
 
 bytes hello(std::uint8_t version, bool token, std::uint32_t world_size = 0,
             const std::string& id = {});
