@@ -9,6 +9,7 @@
 
 #include "distcomm/hierarchical.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/plugin/store_plugin.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/registry/strategies.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
@@ -58,6 +59,7 @@ namespace {
 // init() of the launcher's job (given null) or of `given`.
 any_communicator connect(const init_options& options, const job* given) {
   const config cfg = settings_of(options);
+  plugin::enable_store_plugins();  // DISTCOMM_STORE=c10d://..., torchrun's agent store
   // A job across hosts with several ranks on each: shm inside each host, the network backend
   // across, when nothing else is asked for (hierarchical.hpp says when and from which size).
   world_info w = world_for_default(options, cfg, given);

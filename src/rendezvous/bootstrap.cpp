@@ -19,9 +19,9 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
-#include "distcomm/rendezvous/etcd_store.hpp"
 #include "distcomm/rendezvous/file_store.hpp"
 #include "distcomm/rendezvous/join.hpp"
+#include "distcomm/rendezvous/store_url.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
 #include "distcomm/trace/recorder_names.hpp"
 #include "store_detail.hpp"
@@ -395,29 +395,30 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
   std::string meeting_place;
   std::string where;
   const auto addr = store_addr_from_env(getenv);
-  const auto url = store_url_from_env(getenv);
+  std::optional<store_request> url = store_url_from_env(getenv);
   if (addr && url) {
     throw rendezvous_error(
         "both DISTCOMM_STORE_ADDR and DISTCOMM_STORE are set: a job has one "
         "store; unset one of them");
   }
-  const bool external = addr.has_value() || url.has_value();
-  const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
-  if (!external && agent_store != nullptr && std::string(agent_store) == "True") {
-    // torchrun's agent listens on MASTER_PORT itself: rank 0 could not host a store there.
-    throw rendezvous_error(
-        s.who() + ": torchrun's agent hosts this job's store at " +
-        detail::host_port(j.world.master_addr, j.world.master_port) +
-        " (TORCHELASTIC_USE_AGENT_STORE=True), a c10d TCPStore, whose protocol DistComm's C++ "
-        "init() does not speak; start a distcomm-store and give the ranks DISTCOMM_STORE_ADDR, "
-        "or DISTCOMM_STORE=etcd://..., or use the torch.distributed binding, which uses the "
-        "agent's store");
+  if (!addr && !url) {
+    // torchrun's agent listens on MASTER_PORT itself and holds the job's store there.
+    if (const auto agent = torchrun_agent_store_url(j.world, getenv)) {
+      url = parse_store_url(*agent);
+      log(log_level::info, s.who() + ": torchrun's agent hosts the job's store at " + *agent +
+                               " (TORCHELASTIC_USE_AGENT_STORE=True)");
+    }
   }
+  const bool external = addr.has_value() || url.has_value();
   try {
     if (url) {
-      // The job's store in an etcd cluster: every rank is a client, under the job's prefix.
-      where = url->text;
-      j.kv = std::make_shared<etcd_store>(*url, s.left(), token, me);
+      // The job's store by URL (an etcd cluster, a store plugin): every rank is a client.
+      where = url->url;
+      url->timeout = s.left();
+      url->token = token;
+      url->job = me;
+      url->rank = j.world.rank;
+      j.kv = open_store(*url);
     } else if (external) {
       // Someone else runs the store: every rank is a client.
       where = detail::host_port(addr->host, addr->port);

@@ -55,9 +55,7 @@ etcd_address parse_etcd_url(const std::string& url) {
   };
   const std::string scheme = "etcd://";
   if (url.rfind(scheme, 0) != 0) {
-    throw bad(
-        "names no store DistComm knows (etcd:// is the one; DISTCOMM_STORE_ADDR names a "
-        "tcp_store)");
+    throw bad("is not an etcd:// address");
   }
   etcd_address a;
   a.text = url;
@@ -97,12 +95,6 @@ etcd_address parse_etcd_url(const std::string& url) {
     start = comma + 1;
   }
   return a;
-}
-
-std::optional<etcd_address> store_url_from_env(const env_lookup& getenv) {
-  const char* raw = config::read_variable("DISTCOMM_STORE", getenv);
-  if (raw == nullptr || *raw == '\0') return std::nullopt;
-  return parse_etcd_url(raw);
 }
 
 struct etcd_store::impl {

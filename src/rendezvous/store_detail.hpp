@@ -19,10 +19,6 @@ using store_clock = std::chrono::steady_clock;
 // now + t, saturating (a timeout of years must not overflow the clock).
 store_clock::time_point deadline_after(std::chrono::duration<double> t);
 
-// invalid_argument_error when key or value exceed store_max_key_bytes / store_max_value_bytes.
-void check_key(const char* who, const std::string& key);
-void check_value(const char* who, const std::string& key, std::size_t value_size);
-
 // `'key'`, non-printable bytes escaped as \xNN and long keys cut to 80 characters.
 std::string quote_key(const std::string& key);
 // `'a', 'b', 'c'` (at most 10, then "and N more").
@@ -49,18 +45,12 @@ class missing_keys_error : public timeout_error {
   std::vector<std::string> missing_;
 };
 
-// "<who>: key 'a' still missing after 2 s (DISTCOMM_TIMEOUT)" / "keys 'a', 'b' still ...".
-std::string missing_keys_message(const char* who, const std::vector<std::string>& missing,
-                                 std::chrono::duration<double> timeout);
 [[noreturn]] void throw_missing_keys(const char* who, const std::vector<std::string>& missing,
                                      std::chrono::duration<double> timeout);
 
 // add(): the stored integer as decimal text; parse_counter returns nullopt for anything else.
 bytes encode_counter(std::int64_t v);
 std::optional<std::int64_t> parse_counter(const bytes& value);
-// current + delta for add(); invalid_argument_error on a non-integer value or overflow.
-std::int64_t add_to_counter(const char* who, const std::string& key, const bytes* current,
-                            std::int64_t delta);
 
 // compare_set() on an in-memory value: applies the rule of store::compare_set to `current`
 // (nullptr = absent) and returns true when `desired` must be written.

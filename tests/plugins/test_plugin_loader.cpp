@@ -1,7 +1,10 @@
 // The plugin loader and plugin_backend's errors: every failure names the file, the symbol and what
-// to do. Broken plugins come from fixtures.c; a working one is the local backend's plugin.
+// to do. Broken plugins come from fixtures.c and store_fixtures.c; a working one is the local
+// backend's plugin (a working store plugin, c10d's, is tested in test_store_c10d).
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -14,6 +17,8 @@
 #include "distcomm/log.hpp"
 #include "distcomm/plugin/loader.hpp"
 #include "distcomm/plugin/plugin_backend.hpp"
+#include "distcomm/plugin/store_plugin.hpp"
+#include "distcomm/rendezvous/store_url.hpp"
 
 namespace dc = distcomm;
 namespace pl = distcomm::plugin;
@@ -241,4 +246,70 @@ TEST_CASE("plugin_backend: open on the world and store of a job the program boot
       std::string(DISTCOMM_BUILD_LIB_DIR) + "/" + pl::file_name("local"), j, dc::config{});
   CHECK(b.rank() == 0);
   CHECK(b.size() == 1);
+}
+
+// ---- store plugins (libdistcomm_store_<scheme>.so, store_fixtures.c) ----------------------------
+
+namespace {
+
+dc::store_request store_url(const std::string& url) {
+  dc::store_request r = dc::parse_store_url(url);
+  r.timeout = std::chrono::duration<double>(2.5);
+  r.rank = 3;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("store plugins: a missing one names the file, the folders, the plugins there") {
+  const std::string m = error_of<dc::rendezvous_error>(
+      [] { pl::open_plugin_store(store_url("nosuch://h:1/p"), env_with_path(fixtures)); });
+  CHECK_HAS(m,
+            "rank 3: the store nosuch://h:1/p needs the store plugin libdistcomm_store_nosuch.so");
+  CHECK_HAS(m, fixtures);
+  CHECK_HAS(m, "openfails");                        // the store plugins that are there
+  CHECK(m.find("initfails") == std::string::npos);  // not the backend plugins
+  CHECK_HAS(m, "built in: etcd");
+  CHECK_HAS(error_of<dc::rendezvous_error>(
+                [] { pl::open_plugin_store(store_url("c10d://h:1/p"), env_with_path(fixtures)); }),
+            "libtorch");
+  CHECK_HAS(error_of<dc::rendezvous_error>(
+                [] { pl::open_plugin_store(store_url("../x://h:1"), env_with_path(fixtures)); }),
+            "is not a store's name");
+  CHECK_HAS(error_of<dc::rendezvous_error>([] { dc::parse_store_url("h:1/p"); }),
+            "is not <scheme>://<address>");
+}
+
+TEST_CASE("store plugins: a broken one is refused by name, an opened store that is not closed") {
+  const auto open = [](const char* scheme) {
+    pl::open_plugin_store(store_url(std::string(scheme) + "://h:1"), env_with_path(fixtures));
+  };
+  CHECK_HAS(error_of<dc::rendezvous_error>([&] { open("nosymbol"); }),
+            "exports no distcomm_store_plugin_v1");
+  CHECK_HAS(error_of<dc::rendezvous_error>([&] { open("badversion"); }), "of version 99");
+  CHECK_HAS(error_of<dc::rendezvous_error>([&] { open("otherscheme"); }),
+            "serves the scheme 'other', not 'otherscheme'");
+  // open()'s failure keeps its kind and text, after its log line.
+  const std::string m = error_of<dc::timeout_error>([&] { open("openfails"); });
+  CHECK_HAS(m, "rank 3: the store openfails://h:1");
+  CHECK_HAS(m, "fixture: no leader at h:1 after 2.5 s");
+  // A store without every call is closed and refused.
+  CHECK_HAS(error_of<dc::rendezvous_error>([&] { open("incomplete"); }),
+            "without set, get, add, check, wait or compare_set");
+  void* h =
+      ::dlopen((fixtures + "/libdistcomm_store_incomplete.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  const auto closed = reinterpret_cast<int (*)()>(::dlsym(h, "distcomm_store_fixture_closed"));
+  REQUIRE(static_cast<bool>(closed));
+  CHECK(closed() == 1);
+  ::dlclose(h);
+}
+
+TEST_CASE("store plugins: bootstrap's DISTCOMM_STORE opens them once enable_store_plugins() ran") {
+  dc::store_request r = store_url("nosuch://h:1/p");
+  // Before: the scheme needs a plugin and this program has no loader installed.
+  CHECK_HAS(error_of<dc::rendezvous_error>([&] { dc::open_store(r); }), "no plugin loader");
+  pl::enable_store_plugins();
+  CHECK_HAS(error_of<dc::rendezvous_error>([&] { dc::open_store(r); }),
+            "needs the store plugin libdistcomm_store_nosuch.so");
 }

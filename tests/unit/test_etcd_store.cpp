@@ -62,7 +62,7 @@ TEST_CASE("parse_etcd_url: members, prefix, user; the mistakes named") {
   const auto bad = [](const std::string& url) {
     return error_of<rendezvous_error>([&] { parse_etcd_url(url); });
   };
-  CHECK_HAS(bad("http://h:2379/p"), "etcd:// is the one");
+  CHECK_HAS(bad("http://h:2379/p"), "is not an etcd:// address");
   CHECK_HAS(bad("etcd://h:2379"), "has no prefix");
   CHECK_HAS(bad("etcd://h:2379/"), "has no prefix");
   CHECK_HAS(bad("etcd://h/p"), "member 'h' that is not host:port");

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +26,9 @@
 #include "distcomm/rendezvous/join.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
+#ifdef DISTCOMM_C10D_STORE
+#include "distcomm/plugin/store_plugin.hpp"
+#endif
 
 using namespace distcomm;
 using namespace std::chrono_literals;
@@ -110,11 +114,57 @@ struct etcd_backend {
 #define ETCD_BACKEND , etcd_backend
 #else
 #define ETCD_BACKEND
+#ifndef DISTCOMM_C10D_STORE
 TEST_CASE("etcd_store: the store contract (skipped: etcd is not installed)") {
   MESSAGE(
       "skipped: the etcd_store cases need etcd (apt-get install etcd-server), not found when "
       "DistComm was configured");
 }
+#endif
+#endif
+
+#ifdef DISTCOMM_C10D_STORE
+// A c10d TCPStore served by PyTorch (DISTCOMM_PYTHON), reached through the c10d store plugin
+// (bindings/torch/store) as DISTCOMM_STORE=c10d://... names it; each instance a prefix of its own.
+struct c10d_backend {
+  static constexpr const char* name = "c10d store plugin";
+  static testing::server_process& server() {
+    static testing::server_process p;
+    static const bool started = [] {
+      const std::string port_file = p.dir() + "/port";
+      p.start({DISTCOMM_PYTHON, "-c",
+               "import datetime, os, signal, sys, torch.distributed as d\n"
+               "s = d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=600),\n"
+               "               wait_for_workers=False)\n"
+               "open(sys.argv[1] + '.new', 'w').write(str(s.port))\n"
+               "os.rename(sys.argv[1] + '.new', sys.argv[1])\n"
+               "signal.pause()\n",
+               port_file},
+              {"PATH=/usr/bin:/bin"}, [&] { return std::filesystem::exists(port_file); });
+      return true;
+    }();
+    (void)started;
+    return p;
+  }
+  static int port() {
+    static const int port = [] {
+      std::ifstream in(server().dir() + "/port");
+      int p = 0;
+      in >> p;
+      return p;
+    }();
+    return port;
+  }
+  static inline int jobs = 0;
+  std::string prefix = "/test/job" + std::to_string(++jobs);
+  std::shared_ptr<store> client(seconds t = seconds(1.0)) {
+    store_request r = parse_store_url("c10d://127.0.0.1:" + std::to_string(port()) + prefix);
+    r.timeout = t;
+    return plugin::open_plugin_store(r, [](const char* name) -> const char* {
+      return std::string(name) == "DISTCOMM_PLUGIN_PATH" ? DISTCOMM_PLUGIN_DIR : ::getenv(name);
+    });
+  }
+};
 #endif
 
 template <class F>
@@ -143,8 +193,12 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+#ifdef DISTCOMM_C10D_STORE
+#define STORE_BACKENDS c10d_backend
+#else
 #define STORE_BACKENDS \
   hash_backend, file_backend, prefix_backend, tcp_backend, tool_backend ETCD_BACKEND
+#endif
 
 TEST_CASE_TEMPLATE("store: set and get, overwrite, binary and empty values", B, STORE_BACKENDS) {
   B backend;

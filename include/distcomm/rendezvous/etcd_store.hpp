@@ -38,8 +38,6 @@ struct etcd_address {
 // "etcd://[user@]host:port[,host:port...]/prefix" (host a name, an IPv4 address or [IPv6]);
 // rendezvous_error naming the text and what is wrong with it.
 etcd_address parse_etcd_url(const std::string& url);
-// DISTCOMM_STORE parsed, nullopt when unset or empty; rendezvous_error for another scheme.
-std::optional<etcd_address> store_url_from_env(const env_lookup& getenv);
 
 class etcd_store final : public store {
  public:

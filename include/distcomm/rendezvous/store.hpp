@@ -64,4 +64,20 @@ void store_barrier(store& s, const std::string& name, int rank, int size);
 void store_wait(store& s, const std::vector<std::string>& keys,
                 std::chrono::duration<double> timeout);
 
+namespace detail {
+// "<who>: key 'a' still missing after 2 s (DISTCOMM_TIMEOUT)" / "keys 'a', 'b' still ...": what
+// every store's timed-out wait says.
+std::string missing_keys_message(const char* who, const std::vector<std::string>& missing,
+                                 std::chrono::duration<double> timeout);
+// invalid_argument_error when key or value exceed store_max_key_bytes / store_max_value_bytes.
+void check_key(const char* who, const std::string& key);
+void check_value(const char* who, const std::string& key, std::size_t value_size);
+// current + delta for add() (current null: the key is absent); invalid_argument_error naming
+// `who` and the key on a value that is not a decimal integer, or on overflow. Every store's add()
+// applies it; the c10d adapter applies it before asking c10d's server, which drops the
+// connection instead.
+std::int64_t add_to_counter(const char* who, const std::string& key, const bytes* current,
+                            std::int64_t delta);
+}  // namespace detail
+
 }  // namespace distcomm

@@ -11,6 +11,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/hierarchical.hpp"
 #include "distcomm/log.hpp"
+#include "distcomm/plugin/store_plugin.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/strategy/table.hpp"
 
@@ -65,6 +66,7 @@ any_communicator hierarchical_communicator::connect(const init_options& intra,
                                                     const init_options& inter, const job* given,
                                                     std::size_t threshold) {
   const config cfg = inter.settings ? *inter.settings : config::from_env();
+  plugin::enable_store_plugins();
   const job j = given ? *given : shared_bootstrap(cfg);
   auto over = std::make_shared<hierarchical>(hierarchical::connect(intra, inter, &j));
   const std::string backend = inter.backend.empty() ? default_backend(j.world) : inter.backend;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/plugin/store_plugin.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/rendezvous/host_names.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
@@ -39,6 +40,7 @@ init_options across_options(const init_options& inter) {
 hierarchical hierarchical::connect(const init_options& intra, const init_options& inter,
                                    const job* given) {
   const config cfg = intra.settings ? *intra.settings : config::from_env();
+  plugin::enable_store_plugins();
   const job j = given ? *given : shared_bootstrap(cfg);
   const int rank = j.world.rank;
   const int size = j.world.size;

@@ -13,6 +13,8 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/plugin/abi.hpp"
+#include "distcomm/plugin/store_abi.hpp"
+#include "distcomm/plugin/store_plugin.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/world.hpp"
 #include "distcomm/strategy/ring.hpp"
@@ -91,57 +93,12 @@ namespace {
 
 // The C callbacks of the store offered to plugins.
 lazy_store& of(void* user) { return *static_cast<lazy_store*>(user); }
-
-int store_set(void* user, const char* key, const void* value, std::size_t size,
-              distcomm_error_v1* err) {
-  return plugin::guarded(err, [&] {
-    const auto* p = static_cast<const std::uint8_t*>(value);
-    of(user).get().set(key, bytes(p, p + size));
-  });
-}
-
-int store_get(void* user, const char* key, std::int64_t deadline_ns, void* buffer,
-              std::size_t capacity, std::size_t* size, distcomm_error_v1* err) {
-  return plugin::guarded(err, [&] {
-    store& s = of(user).get();
-    // The store's own get waits for its timeout; the plugin's deadline may be earlier.
-    const deadline until = plugin::from_ns(deadline_ns);
-    auto pause = std::chrono::microseconds(500);
-    while (!s.check({key})) {
-      if (clock::now() >= until) {
-        throw timeout_error(std::string("store: key '") + key + "' not set before the deadline");
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
-    }
-    const bytes v = s.get(key);
-    *size = v.size();
-    if (v.size() <= capacity && !v.empty())
-      std::copy(v.begin(), v.end(), static_cast<char*>(buffer));
-  });
-}
-
-int store_add(void* user, const char* key, std::int64_t delta, std::int64_t* result,
-              distcomm_error_v1* err) {
-  return plugin::guarded(err, [&] { *result = of(user).get().add(key, delta); });
-}
-
-int store_check(void* user, const char* const* keys, std::size_t count, int* all_set,
-                distcomm_error_v1* err) {
-  return plugin::guarded(err, [&] {
-    *all_set = of(user).get().check(std::vector<std::string>(keys, keys + count)) ? 1 : 0;
-  });
-}
+store& made(void* user) { return of(user).get(); }
+using offered = plugin::store_calls<&made>;
 
 void store_mark_failed(void* user) {
   lazy_store& s = of(user);
   if (s.kv) s.kv->mark_job_failed();  // never made: nothing to mark
-}
-
-void plugin_log(void*, int level, const char* message) {
-  const int l =
-      std::clamp(level, static_cast<int>(log_level::error), static_cast<int>(log_level::debug));
-  log(static_cast<log_level>(l), message != nullptr ? message : "");
 }
 
 }  // namespace
@@ -213,6 +170,7 @@ plugin_backend::args args_of(const world_info& w, plugin_backend::store_source k
 }  // namespace
 
 plugin_backend plugin_backend::open(const std::string& name, const config& cfg) {
+  plugin::enable_store_plugins();
   auto kv = [cfg] { return shared_bootstrap(cfg).kv; };
   return open(name, args_of(detect_world(), kv, cfg), cfg);
 }
@@ -238,10 +196,10 @@ plugin_backend plugin_backend::open(const std::string& name, const args& a, cons
   s->kv = std::make_shared<detail::lazy_store>();
   s->kv->source = a.kv;
   s->c_store.user = s->kv.get();
-  s->c_store.set = &detail::store_set;
-  s->c_store.get = &detail::store_get;
-  s->c_store.add = &detail::store_add;
-  s->c_store.check = &detail::store_check;
+  s->c_store.set = &detail::offered::set;
+  s->c_store.get = &detail::offered::get;
+  s->c_store.add = &detail::offered::add;
+  s->c_store.check = &detail::offered::check;
   s->c_store.mark_failed = &detail::store_mark_failed;
 
   distcomm_init_args_v1 init{};
@@ -252,7 +210,7 @@ plugin_backend plugin_backend::open(const std::string& name, const args& a, cons
   init.local_size = a.local_size;
   init.log_level = static_cast<int>(current_log_level());
   init.timeout_s = cfg.timeout.count();
-  init.log = &detail::plugin_log;
+  init.log = &plugin::log_line;
   init.log_user = nullptr;
   init.store = a.kv ? &s->c_store : nullptr;
   init.options = a.options.empty() ? nullptr : a.options.c_str();

@@ -3,6 +3,7 @@
 // nanoseconds, DistComm's exceptions to and from status codes plus error text.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -137,6 +138,13 @@ int guarded(distcomm_error_v1* err, F&& f) noexcept {
   } catch (...) {
     return status_of_current(err);
   }
+}
+
+// The log callback a host gives its plugins: their lines go to DistComm's log at their level.
+inline void log_line(void*, int level, const char* message) {
+  const int l =
+      std::clamp(level, static_cast<int>(log_level::error), static_cast<int>(log_level::debug));
+  log(static_cast<log_level>(l), message != nullptr ? message : "");
 }
 
 // Throws the DistComm exception for a failed status; `backend` and `routine` name the plugin and

@@ -26,94 +26,12 @@
 #include "distcomm/fusion/buffer.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/plugin/abi.hpp"
+#include "distcomm/plugin/store_abi.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/store.hpp"
 #include "distcomm/strategy/automatic.hpp"
 
 namespace distcomm::plugin {
-
-// The job's store as the host offers it (distcomm_store_v1), as a distcomm::store. Waits end at
-// the store's timeout (the init arguments' timeout_s).
-class host_store final : public store {
- public:
-  host_store(const distcomm_store_v1& s, std::chrono::duration<double> timeout) : s_(s) {
-    set_timeout(timeout);
-  }
-
-  void set(const std::string& key, const bytes& value) override {
-    distcomm_error_v1 err{};
-    check_status(s_.set(s_.user, key.c_str(), value.data(), value.size(), &err), "set", err);
-  }
-
-  bytes get(const std::string& key) override {
-    const std::int64_t until = to_ns(deadline_after(timeout()));
-    bytes value(64);
-    for (;;) {
-      distcomm_error_v1 err{};
-      std::size_t size = 0;
-      check_status(s_.get(s_.user, key.c_str(), until, value.data(), value.size(), &size, &err),
-                   "get", err);
-      if (size <= value.size()) {
-        value.resize(size);
-        return value;
-      }
-      value.resize(size);  // too small: again, with room for the value
-    }
-  }
-
-  std::int64_t add(const std::string& key, std::int64_t delta) override {
-    distcomm_error_v1 err{};
-    std::int64_t result = 0;
-    check_status(s_.add(s_.user, key.c_str(), delta, &result, &err), "add", err);
-    return result;
-  }
-
-  bool check(const std::vector<std::string>& keys) override {
-    std::vector<const char*> names;
-    names.reserve(keys.size());
-    for (const auto& k : keys) names.push_back(k.c_str());
-    distcomm_error_v1 err{};
-    int all_set = 0;
-    check_status(s_.check(s_.user, names.data(), names.size(), &all_set, &err), "check", err);
-    return all_set != 0;
-  }
-
-  // Polls check() (at most every 10 ms) until the keys are set or the store's timeout passes.
-  void wait(const std::vector<std::string>& keys) override {
-    const deadline until = deadline_after(timeout());
-    auto pause = std::chrono::microseconds(500);
-    while (!check(keys)) {
-      if (clock::now() >= until) {
-        std::string missing;
-        for (const auto& k : keys) {
-          if (!check({k})) missing += (missing.empty() ? "'" : ", '") + k + "'";
-        }
-        throw timeout_error("store: keys " + missing + " not set within " +
-                            std::to_string(timeout().count()) + " s (DISTCOMM_TIMEOUT)");
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
-    }
-  }
-
-  bytes compare_set(const std::string& key, const bytes&, const bytes&) override {
-    throw invalid_argument_error("store: compare_set of '" + key +
-                                 "' is not offered to plugins by ABI version 1");
-  }
-
-  void mark_job_failed() noexcept override {
-    if (s_.mark_failed != nullptr) s_.mark_failed(s_.user);
-  }
-
- private:
-  static void check_status(int status, const char* what, const distcomm_error_v1& err) {
-    if (status != DISTCOMM_V1_OK) {
-      throw_status(status, "store", what, std::string("store ") + what + ": " + err.text);
-    }
-  }
-
-  distcomm_store_v1 s_;
-};
 
 // What a plugin's factory gets from the host: the init arguments, in C++ terms.
 struct host {
