@@ -12,6 +12,7 @@
 # shm+gloo job on 2 x 2 loses host0 (link down, every process killed), which then comes back
 # and its ranks join again; the store in distcomm-store on a host of its own, or in an etcd
 # cluster of a member per host (3 x 2 there, for the quorum).
+# The peer, on one host: torchrun (TorchElastic) restarting every worker (below).
 # "recovered": from the fault to the survivors' "N of M ranks go on" (they shrank and agreed on
 # the state; the next step follows); "joined": from the replacement's start to "k ranks joined".
 set -euo pipefail
@@ -90,6 +91,45 @@ for timeout in $timeouts; do
     done
   done
 done
+
+# The peer on one host: torchrun's own recovery (TorchElastic), which stops every worker when one
+# fails and starts them all again (--max_restarts 1, its default --monitor_interval 5), under the
+# next attempt's prefix of its agent's store. The same trainer, not --elastic (torchrun restarts
+# it), its rank 0 killed after epoch 3; "recovered": from the kill to the restarted rank 0's first
+# line (all 4 ranks connected again, starting over: a trainer resumes from its checkpoint).
+python=/usr/bin/python3
+if "$python" -c 'import torch.distributed.run' 2>/dev/null && [[ -e "$build/lib/libdistcomm_store_c10d.so" ]]; then
+  for timeout in $timeouts; do
+    : >"$work/recovered"
+    for ((i = 0; i < runs; i++)); do
+      logs="$work/torchrun.$timeout.$i"
+      DISTCOMM_TIMEOUT="$timeout" timeout 120 "$python" -m torch.distributed.run --nnodes 1 \
+        --nproc_per_node 4 --rdzv_backend static --master_addr 127.0.0.1 \
+        --master_port "$(free_port)" --max_restarts 1 --log_dir "$logs" --redirects 2 --tee 1 \
+        --no_python "$bin/distcomm-train-mlp" --backend gloo --epochs 12 >"$work/torchrun.out" 2>&1 &
+      job=$!
+      for _ in $(seq 600); do
+        grep -qs '^epoch   3/' "$logs"/*/attempt_0/0/stdout.log && break
+        sleep 0.05
+      done
+      for p in $(pgrep -f "^$bin/distcomm-train-mlp"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'RANK=0'; then
+          kill -KILL "$p"
+          lost_at=$(date +%s.%N)
+          for _ in $(seq 1200); do
+            grep -qs '^distcomm-train-mlp: 4 ranks' "$logs"/*/attempt_1/0/stdout.log && break
+            sleep 0.05
+          done
+          grep -qs '^distcomm-train-mlp: 4 ranks' "$logs"/*/attempt_1/0/stdout.log &&
+            awk -v a="$(date +%s.%N)" -v b="$lost_at" 'BEGIN { printf "%.2f\n", a - b }' >>"$work/recovered"
+          break
+        fi
+      done
+      wait "$job" || echo "run failed: torchrun" >&2
+    done
+    echo "| one host, 4 ranks, rank 0 killed | peer: torchrun's agent (restarts every worker, from the start) | gloo | $timeout | $(summary <"$work/recovered") | - |"
+  done
+fi
 
 # Several hosts (namespaces: root).
 if [[ $(id -u) -ne 0 ]]; then

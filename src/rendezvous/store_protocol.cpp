@@ -26,7 +26,7 @@ void put_bytes(bytes& out, const void* data, std::size_t size) {
 
 bool known_command(std::uint8_t c) noexcept {
   return c >= static_cast<std::uint8_t>(command::set) &&
-         c <= static_cast<std::uint8_t>(command::compare_set);
+         c <= static_cast<std::uint8_t>(command::hold);
 }
 
 decode_result malformed(std::string why) { return {decode_status::malformed, 0, std::move(why)}; }
@@ -129,6 +129,8 @@ const char* to_string(command c) noexcept {
       return "wait";
     case command::compare_set:
       return "compare_set";
+    case command::hold:
+      return "hold";
   }
   return "unknown";
 }
@@ -136,6 +138,7 @@ const char* to_string(command c) noexcept {
 std::size_t max_value_field(command c) noexcept {
   switch (c) {
     case command::set:
+    case command::hold:
       return store_max_value_bytes;
     case command::get:
       return 4;
@@ -219,6 +222,7 @@ decode_result decode_request(const std::uint8_t* data, std::size_t size, request
   out.key.assign(reinterpret_cast<const char*>(data + 5), key_len);
   switch (cmd) {
     case command::set:
+    case command::hold:
       out.value.assign(value, value + value_len);
       break;
     case command::get:
@@ -255,6 +259,7 @@ bytes encode_request(const request& r) {
   bytes field;
   switch (r.cmd) {
     case command::set:
+    case command::hold:
       field = r.value;
       break;
     case command::get:

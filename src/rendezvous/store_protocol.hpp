@@ -33,7 +33,8 @@
 namespace distcomm::detail::store_protocol {
 
 // 2: the greeting and the hello carry the job (world size and id), and `other_job` exists.
-inline constexpr std::uint8_t protocol_version = 2;
+// 3: the `hold` command.
+inline constexpr std::uint8_t protocol_version = 3;
 inline constexpr std::array<std::uint8_t, 4> magic = {'D', 'C', 'S', 'T'};
 inline constexpr std::size_t nonce_bytes = 32;
 inline constexpr std::size_t mac_bytes = 32;
@@ -105,14 +106,15 @@ enum class command : std::uint8_t {
   check = 4,
   wait = 5,
   compare_set = 6,
+  hold = 7,  // set, and removed when this connection closes
 };
 const char* to_string(command c) noexcept;
 
 // One request, decoded. Which fields are used depends on the command.
 struct request {
   command cmd = command::set;
-  std::string key;                // set, get, add, compare_set
-  bytes value;                    // set: the value; compare_set: the desired value
+  std::string key;                // set, get, add, compare_set, hold
+  bytes value;                    // set, hold: the value; compare_set: the desired value
   bytes expected;                 // compare_set
   std::vector<std::string> keys;  // check, wait
   std::int64_t delta = 0;         // add
@@ -126,6 +128,7 @@ struct request {
 //   check        key list
 //   wait         u32 timeout_ms | key list
 //   compare_set  u32 expected length | expected | desired
+//   hold         the value (<= store_max_value_bytes)
 // A key list is u32 count | count x (u32 length | key), at most store_max_value_bytes in all.
 // The key field is empty for check and wait.
 std::size_t max_value_field(command c) noexcept;

@@ -89,25 +89,48 @@ struct tcp_store::impl {
   job_identity job;
   std::atomic<bool> job_failed{false};
   std::string where;  // host:port for messages
-  std::mutex mutex;
-  socket_fd fd;  // empty while disconnected
+  // A connection and its lock: one request at a time on it.
+  struct channel {
+    std::mutex mutex;
+    socket_fd fd;  // empty while disconnected
+  };
+  channel main;  // every request but hold
+  // hold alone: the server removes held keys when the connection closes, and this one never
+  // closes on a request that timed out (main starts afresh then), only with this client, or when
+  // the store itself is lost.
+  channel holding;
 
   ~impl() { OPENSSL_cleanse(token.data(), token.size()); }
 
-  void connect(io_clock::time_point deadline, std::chrono::duration<double> timeout);
+  socket_fd connect(io_clock::time_point deadline, std::chrono::duration<double> timeout);
   // `patience`: how long to wait for the greeting before trying a new connection (try_again).
   void handshake(int s, io_clock::time_point deadline, std::chrono::duration<double> timeout,
                  std::chrono::seconds patience);
-  // Sends r and returns the payload of an `ok` answer; throws for everything else.
-  bytes call(const proto::request& r, std::chrono::duration<double> timeout, const char* who);
+  // Sends r on `ch` and returns the payload of an `ok` answer; throws for everything else.
+  bytes call(channel& ch, const proto::request& r, std::chrono::duration<double> timeout,
+             const char* who);
+  bytes call(const proto::request& r, std::chrono::duration<double> timeout, const char* who) {
+    return call(main, r, timeout, who);
+  }
+  // set and hold: the key and value checked against the limits, then sent on `ch`.
+  void write(channel& ch, proto::command cmd, const std::string& key, const bytes& value,
+             std::chrono::duration<double> timeout, const char* who) {
+    detail::check_key(who, key);
+    detail::check_value(who, key, value.size());
+    proto::request r;
+    r.cmd = cmd;
+    r.key = key;
+    r.value = value;
+    call(ch, r, timeout, who);
+  }
 
   [[noreturn]] void auth_failed(const std::string& why) const {
     throw rendezvous_error("tcp_store: authentication failed: " + why);
   }
 };
 
-void tcp_store::impl::connect(io_clock::time_point deadline,
-                              std::chrono::duration<double> timeout) {
+socket_fd tcp_store::impl::connect(io_clock::time_point deadline,
+                                   std::chrono::duration<double> timeout) {
   std::minstd_rand jitter(std::random_device{}());
   auto backoff = first_retry;
   int attempts = 0;
@@ -121,8 +144,7 @@ void tcp_store::impl::connect(io_clock::time_point deadline,
       try {
         ++attempts;
         handshake(s.get(), deadline, timeout, attempts * greeting_patience);
-        fd = std::move(s);
-        return;
+        return s;
       } catch (const try_again& e) {
         attempt = e.what();
         s.reset();
@@ -267,12 +289,13 @@ void tcp_store::impl::handshake(int s, io_clock::time_point deadline,
   }
 }
 
-bytes tcp_store::impl::call(const proto::request& r, std::chrono::duration<double> timeout,
-                            const char* who) {
+bytes tcp_store::impl::call(channel& ch, const proto::request& r,
+                            std::chrono::duration<double> timeout, const char* who) {
   const bool waits = r.cmd == proto::command::get || r.cmd == proto::command::wait;
   auto deadline = detail::deadline_after(timeout);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!fd) connect(deadline, timeout);
+  std::lock_guard<std::mutex> lock(ch.mutex);
+  socket_fd& fd = ch.fd;
+  if (!fd) fd = connect(deadline, timeout);
   if (waits) deadline += answer_grace;
 
   const auto keys_text = [&] {
@@ -343,8 +366,8 @@ tcp_store::tcp_store(std::string host, int port, std::chrono::duration<double> t
   impl_->token = std::move(token);
   impl_->job = std::move(job);
   impl_->where = detail::host_port(impl_->host, port);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->connect(detail::deadline_after(timeout), timeout);
+  std::lock_guard<std::mutex> lock(impl_->main.mutex);
+  impl_->main.fd = impl_->connect(detail::deadline_after(timeout), timeout);
 }
 
 tcp_store::tcp_store(std::unique_ptr<tcp_store_server> server, std::string host,
@@ -399,13 +422,12 @@ const std::string& tcp_store::host() const noexcept { return impl_->host; }
 int tcp_store::port() const noexcept { return impl_->port; }
 
 void tcp_store::set(const std::string& key, const bytes& value) {
-  detail::check_key("tcp_store set", key);
-  detail::check_value("tcp_store set", key, value.size());
-  proto::request r;
-  r.cmd = proto::command::set;
-  r.key = key;
-  r.value = value;
-  impl_->call(r, timeout(), "tcp_store set");
+  impl_->write(impl_->main, proto::command::set, key, value, timeout(), "tcp_store set");
+}
+
+bool tcp_store::hold(const std::string& key, const bytes& value) {
+  impl_->write(impl_->holding, proto::command::hold, key, value, timeout(), "tcp_store hold");
+  return true;
 }
 
 bytes tcp_store::get(const std::string& key) {

@@ -85,6 +85,7 @@ struct connection {
   bytes out;
   std::size_t out_pos = 0;
   std::uint64_t waiter = 0;         // parked request, 0 when none
+  std::vector<std::string> held;    // keys it holds: removed when it closes
   bool close_when_flushed = false;  // after an error response or a refusal
   bool dead = false;                // to be closed at the end of this round
 
@@ -150,6 +151,7 @@ struct tcp_store_server::impl {
 
   // Everything below belongs to the server thread.
   std::unordered_map<std::string, bytes> data;
+  std::unordered_map<std::string, std::uint64_t> holders;  // held key -> its connection
   std::unordered_map<std::uint64_t, connection> conns;
   std::uint64_t next_conn = listener_id + 1;
   std::size_t ready_connections = 0;  // past the handshake
@@ -213,7 +215,8 @@ tcp_store_server::tcp_store_server(const std::string& host, int port, std::strin
   impl_->job = std::move(job);
   if (max_connections == automatic_max_connections) {
     const auto w = static_cast<std::size_t>(std::max(impl_->job.world_size, 0));
-    max_connections = w > 0 ? w + w / 4 + 64 : unknown_job_max_connections;
+    // Two per rank (its requests, and the keys it holds: tcp_store::hold), a quarter more.
+    max_connections = w > 0 ? 2 * w + w / 4 + 64 : unknown_job_max_connections;
   }
   impl_->max_connections = max_connections;
   impl_->handshake_quota = std::max<std::size_t>(
@@ -615,6 +618,16 @@ void tcp_store_server::impl::on_request(connection& c, std::uint64_t id, proto::
         if (all) return send(c, proto::encode_response(response_status::ok, none));
         return park(c, id, r.cmd, std::move(r.keys), r.timeout_ms);
       }
+      case command::hold: {
+        // The key goes with this connection, whoever writes it meanwhile; the last hold wins.
+        const bool created = data.find(r.key) == data.end();
+        data[r.key] = std::move(r.value);
+        holders[r.key] = c.id;
+        c.held.push_back(r.key);
+        send(c, proto::encode_response(response_status::ok, none));
+        if (created) key_created(r.key);
+        return;
+      }
       case command::compare_set: {
         const auto it = data.find(r.key);
         const bytes* current = it == data.end() ? nullptr : &it->second;
@@ -761,6 +774,14 @@ void tcp_store_server::impl::close_dead() {
     if (it == conns.end()) continue;
     connection& c = it->second;
     if (c.waiter) drop_waiter(c.waiter);
+    for (const std::string& k : c.held) {
+      const auto h = holders.find(k);
+      if (h == holders.end() || h->second != c.id) continue;  // held by another since
+      holders.erase(h);
+      data.erase(k);
+      log(log_level::debug, "tcp_store server: " + c.peer + " closed; the key " +
+                                detail::quote_key(k) + " it held is gone");
+    }
     if (c.state == phase::ready) {
       --ready_connections;
     } else {

@@ -6,6 +6,9 @@
 #     every iteration with the right sums (exit 0);
 #   - after SIGSTOP: the victim, continued once the survivors shrank, says it was excluded
 #     (excluded_error) instead of joining them;
+#   - after SIGKILL: a survivor says the store saw the victim's process end (its held membership
+#     went with its store connection), so it did not wait out the shrink window for it; after
+#     SIGSTOP none says so (the process lives: the window decides);
 #   - the job ends by itself (the outer guard does not fire) and leaves no process behind.
 # usage: shrink.sh --backend B --signal KILL|STOP [--victim V] --program PATH --distcomm-run PATH
 set -u
@@ -35,7 +38,7 @@ exe=$work/distcomm-test-shrink
 case $program in /*) ;; *) program=$PWD/$program ;; esac
 ln -s "$program" "$exe"
 log=$work/log
-export DISTCOMM_BACKEND="$backend" DISTCOMM_TIMEOUT=5
+export DISTCOMM_BACKEND="$backend" DISTCOMM_TIMEOUT=5 DISTCOMM_LOG=info
 
 # The survivors linger after the loop so that the continued victim still finds the job's store
 # when it asks to rejoin.
@@ -79,6 +82,12 @@ for r in 0 1 2 3; do
     say_fail "rank $r did not finish on the survivors"
   new=$((new + 1))
 done
+gone="shrink: rank $victim is gone (the store saw its process end)"
+if [ "$signal" = KILL ]; then
+  grep -q "$gone" "$log" || say_fail "no survivor saw rank $victim's process end through the store"
+else
+  ! grep -q "$gone" "$log" || say_fail "a survivor took the stopped rank $victim for gone"
+fi
 if [ "$signal" = STOP ]; then
   grep -q "^rank $victim: excluded: shrink: rank $victim was presumed dead" "$log" ||
     say_fail "the continued rank $victim was not told it was presumed dead"

@@ -311,6 +311,38 @@ TEST_CASE_TEMPLATE("store: store_wait gives up after a timeout shorter than the 
   store_wait(*s, {"here", "late"}, seconds(300.0));
 }
 
+// hold(): where the store can tell when a client is gone (tcp_store and distcomm-store: its
+// holding connection closed), the key goes with the client and nothing else does; elsewhere it is
+// set like any other key and stays.
+TEST_CASE_TEMPLATE("store: a held key goes with its client where the store can tell", B,
+                   STORE_BACKENDS) {
+  B backend;
+  auto watcher = backend.client(seconds(5.0));
+  bool tells = false;
+  {
+    auto holder = backend.client(seconds(5.0));
+    tells = holder->hold("live/1", b("1"));
+    holder->set("plain/1", b("1"));
+    CHECK(str(watcher->get("live/1")) == "1");
+  }
+  // The TCP stores tell; the others keep the key.
+  const std::string name = B::name;
+  CHECK(tells == (name == "tcp_store" || name == "distcomm-store"));
+  if (!tells) {
+    CHECK(watcher->check({"live/1"}));
+    return;
+  }
+  // The holder is gone: the key goes as soon as the server sees its connection close.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (watcher->check({"live/1"}) && since(t0) < 20.0) std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(watcher->check({"live/1"}));
+  CHECK(watcher->check({"plain/1"}));
+  // A hold by a client that stays keeps its key.
+  auto stays = backend.client(seconds(5.0));
+  CHECK(stays->hold("live/2", b("2")));
+  CHECK(str(watcher->get("live/2")) == "2");
+}
+
 TEST_CASE_TEMPLATE("store: compare_set", B, STORE_BACKENDS) {
   B backend;
   auto s = backend.client();

@@ -34,6 +34,7 @@
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/bootstrap.hpp"
 #include "distcomm/rendezvous/prefix_store.hpp"
+#include "distcomm/rendezvous/survivors.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
 
 using namespace distcomm;
@@ -109,7 +110,7 @@ class raw_socket {
       if (r < 0) return errno == ECONNRESET;
     }
   }
-  // The greeting of protocol version 2: its 39-byte head, then the server's job (u32 world
+  // The greeting of protocol version 2 and 3: its 39-byte head, then the server's job (u32 world
   // size, u8 id length, id), returned as head + job.
   bytes greeting() const {
     bytes g = recv(39 + 5);
@@ -119,10 +120,10 @@ class raw_socket {
     g.insert(g.end(), id.begin(), id.end());
     return g;
   }
-  // The no-token handshake of protocol version 2 (docs/STORE.md), saying no job.
+  // The no-token handshake of protocol version 3 (docs/STORE.md), saying no job.
   void handshake() const {
     greeting();
-    send(hello(2, false));
+    send(hello(3, false));
     const bytes proof = recv(33);
     REQUIRE(proof.size() == 33);
     REQUIRE(proof[0] == 0);
@@ -394,14 +395,15 @@ TEST_CASE("tcp_store: a client of a full store tries again within its deadline")
 }
 
 TEST_CASE("tcp_store: the limit follows the job's world size") {
-  // 3 ranks: 3 + 0 + 64 places; a 68th client waits for one.
+  // 3 ranks: 2 x 3 + 0 + 64 places (each rank may hold keys on a second connection); a 71st
+  // client waits for one.
   tcp_store_server server("127.0.0.1", 0, "", job_identity{3, "j"});
   std::vector<std::unique_ptr<tcp_store>> clients;
-  for (int i = 0; i < 67; ++i) {
+  for (int i = 0; i < 70; ++i) {
     clients.push_back(std::make_unique<tcp_store>("127.0.0.1", server.port(), seconds(2.0), "",
                                                   job_identity{3, "j"}));
   }
-  CHECK(server.connections() == 67);
+  CHECK(server.connections() == 70);
   CHECK_THROWS_AS(tcp_store("127.0.0.1", server.port(), seconds(0.3), "", job_identity{3, "j"}),
                   timeout_error);
 }
@@ -443,7 +445,7 @@ TEST_CASE_TEMPLATE("tcp_store: authentication", S, STORE_SERVERS) {
     raw_socket raw(server.port());
     const bytes greeting = raw.greeting();
     CHECK(greeting[6] == 1);   // the server asks for authentication
-    raw.send(hello(2, true));  // claims a token
+    raw.send(hello(3, true));  // claims a token
     CHECK(raw.recv(33).size() == 33);
     raw.send(bytes(32, 0));  // but cannot compute the MAC
     CHECK(raw.recv(1) == bytes{5});
@@ -469,7 +471,7 @@ TEST_CASE("tcp_store: a rogue server without the token gets no MAC from the clie
   std::thread rogue([&] {
     const int c = ::accept(lfd, nullptr, nullptr);
     bytes greeting = b("DCST");
-    greeting.push_back(2);
+    greeting.push_back(3);  // this protocol version
     greeting.push_back(0);
     greeting.push_back(1);
     greeting.resize(39, 9);
@@ -724,19 +726,21 @@ TEST_CASE("make_tcp_store: the hosting rank's server belongs to its job") {
   CHECK(str(host->get("k")) == "v");
 }
 
-TEST_CASE("tcp_store: protocol version 1 and version 2 tell each other apart") {
+TEST_CASE("tcp_store: protocol versions 1, 2 and 3 tell each other apart") {
   stderr_capture log;
-  SUBCASE("a version 1 client hears version_mismatch") {
+  for (const std::uint8_t old : {std::uint8_t{1}, std::uint8_t{2}}) {
+    CAPTURE(int(old));
+    // A client of an older version hears version_mismatch.
     tcp_store_server server("127.0.0.1", 0, "", job_identity{2, ""});
     raw_socket raw(server.port());
     const bytes greeting = raw.greeting();
-    CHECK(greeting[4] == 2);    // this server's version
-    raw.send(hello(1, false));  // the 38-byte hello of version 1: no job
+    CHECK(greeting[4] == 3);      // this server's version
+    raw.send(hello(old, false));  // version 1: the 38-byte head alone; 2: and the job
     const bytes proof = raw.recv(33);
     REQUIRE(proof.size() == 33);
     CHECK(proof[0] == 2);  // version_mismatch
     CHECK(raw.closed_by_peer());
-    CHECK(log.saw("it speaks protocol version 1, this server 2"));
+    CHECK(log.saw("it speaks protocol version " + std::to_string(old) + ", this server 3"));
   }
   SUBCASE("a version 1 server is named as such") {
     const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -763,7 +767,7 @@ TEST_CASE("tcp_store: protocol version 1 and version 2 tell each other apart") {
         [&] { tcp_store("127.0.0.1", ntohs(a.sin_port), seconds(1.0)); });
     old_server.join();
     ::close(lfd);
-    CHECK_HAS(msg, "speaks protocol version 1, this client 2");
+    CHECK_HAS(msg, "speaks protocol version 1, this client 3");
   }
 }
 
@@ -1097,4 +1101,55 @@ TEST_CASE("bootstrap: waiting for the store and then for a rank share one deadli
   CHECK(r1.finished < timeout + 1.5);  // 12 s when each step had its own timeout
   CHECK_HAS(log.text(), "rendezvous: rank 1 of 3: waiting for the other ranks to reach the store");
   CHECK_HAS(r0.error, "rank 0 of 3: rank 2 (of 3) never reached the store");
+}
+
+// ---- liveness: a held membership goes with its process's connection ---------------------------
+
+TEST_CASE("shrink: the survivors stop waiting for a rank whose store connection closed") {
+  tcp_store_server server("127.0.0.1", 0);
+  const auto client = [&] {
+    return std::shared_ptr<store>(
+        std::make_shared<tcp_store>("127.0.0.1", server.port(), seconds(10.0)));
+  };
+  std::vector<std::shared_ptr<store>> ranks = {client(), client(), client(), client()};
+  for (int r = 0; r < 3; ++r) hold_membership(*ranks[static_cast<std::size_t>(r)], r);
+  CHECK_FALSE(membership_gone(*ranks[0], 2));
+  // Rank 3 never said it was alive: not gone, it may still come.
+  CHECK_FALSE(membership_gone(*ranks[0], 3));
+
+  ranks[2].reset();  // its process ended: the connection closed
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!membership_gone(*ranks[0], 2) && std::chrono::steady_clock::now() - t0 < 5s) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(membership_gone(*ranks[0], 2));
+
+  SUBCASE("every other rank arrives: the survivors decide without waiting out the window") {
+    const log_level was = current_log_level();
+    set_log_level(log_level::info);
+    stderr_capture log;
+    std::vector<std::vector<int>> got(4);
+    std::vector<std::thread> ts;
+    const auto start = std::chrono::steady_clock::now();
+    for (int r : {0, 1, 3}) {
+      ts.emplace_back([&, r] {
+        got[static_cast<std::size_t>(r)] =
+            agree_survivors(*ranks[static_cast<std::size_t>(r)], "shrink/0", r, 4, seconds(60.0));
+      });
+    }
+    for (auto& t : ts) t.join();
+    set_log_level(was);
+    // Well before the 60 s window: the store said rank 2 was gone.
+    CHECK(std::chrono::steady_clock::now() - start < 30s);
+    for (int r : {0, 1, 3}) CHECK(got[static_cast<std::size_t>(r)] == std::vector<int>{0, 1, 3});
+    CHECK(log.saw("shrink: rank 2 is gone (the store saw its process end)"));
+  }
+  SUBCASE("a rank that lives but does not arrive is waited for, the window decides") {
+    std::vector<std::vector<int>> got(4);
+    std::thread t1([&] { got[1] = agree_survivors(*ranks[1], "shrink/1", 1, 4, seconds(0.5)); });
+    got[0] = agree_survivors(*ranks[0], "shrink/1", 0, 4, seconds(0.5));
+    t1.join();
+    CHECK(got[0] == std::vector<int>{0, 1});
+    CHECK(got[1] == std::vector<int>{0, 1});
+  }
 }

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
                "Serve without authentication (otherwise DISTCOMM_AUTH_TOKEN or "
                "DISTCOMM_AUTH_TOKEN_FILE must be set)");
   app.add_option("--max-connections", o.max_connections,
-                 "Connections served at once (default: world size + a quarter + 64)");
+                 "Connections served at once (default: twice the world size + a quarter + 64)");
   app.add_option("--port-file", o.port_file, "Write the port here once listening");
   app.add_option("--timeout", o.timeout, "Stop after S seconds (0, the default: at a signal)")
       ->check(CLI::NonNegativeNumber);

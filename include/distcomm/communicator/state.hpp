@@ -18,6 +18,7 @@
 #include "distcomm/check/agree.hpp"
 #include "distcomm/communicator/traits.hpp"
 #include "distcomm/config.hpp"
+#include "distcomm/rendezvous/survivors.hpp"
 #include "distcomm/trace/flight_recorder.hpp"
 #include "distcomm/trace/timeline.hpp"
 
@@ -47,6 +48,16 @@ struct communicator_state {
               check::settings_of(cfg, strategy_identity(strategy).c_str())),
         timeline(trace::timeline::open(cfg.timeline, backend.rank())) {
     check.watch_stalls(backend.rank(), cfg.stall_warning);
+    if constexpr (has_split<Backend>::value && has_group_store<Backend>::value) {
+      // Where the store can tell when this process ends, shrink() need not wait out its window
+      // for it (rendezvous/survivors.hpp). A backend without a store has nothing to say it in.
+      if (backend.size() > 1) {
+        try {
+          if (auto kv = backend.group_store()) hold_membership(*kv, backend.rank());
+        } catch (const invalid_argument_error&) {
+        }
+      }
+    }
     if (cfg.flight_recorder != 0) {
       if (!id) {
         id.emplace();

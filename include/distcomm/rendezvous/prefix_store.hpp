@@ -23,6 +23,9 @@ class prefix_store final : public store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys) override;
   bytes compare_set(const std::string& key, const bytes& expected, const bytes& desired) override;
+  bool hold(const std::string& key, const bytes& value) override {
+    return inner_->hold(full(key), value);
+  }
   // Forwarded: the wrapped store is the one that may host the server.
   void mark_job_failed() noexcept override { inner_->mark_job_failed(); }
 

@@ -39,6 +39,16 @@ class store {
   virtual bytes compare_set(const std::string& key, const bytes& expected,
                             const bytes& desired) = 0;
 
+  // Sets key to value for as long as this client lives, where the store can tell when a client
+  // is gone: tcp_store removes the key when this client's holding connection closes (its
+  // process ended), and returns true. Elsewhere the key is set like any other and stays (false). A
+  // rank says with it that it is alive (survivors.hpp, hold_membership), so the others stop waiting
+  // for a process that died.
+  virtual bool hold(const std::string& key, const bytes& value) {
+    set(key, value);
+    return false;
+  }
+
   // Says that the job this store serves has failed (a collective failed, a peer was lost, the
   // backend aborted). A store that hosts the job's server then stops serving as soon as it is
   // destroyed, instead of waiting for the other ranks to disconnect: after a failure some rank

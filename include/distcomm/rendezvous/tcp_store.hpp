@@ -36,7 +36,8 @@ bool same_job(const job_identity& a, const job_identity& b) noexcept;
 class tcp_store_server {
  public:
   // The limit on connections that finished the handshake, past which a new one is refused (the
-  // client retries within its deadline). Automatic: the job's world size + a quarter + 64, or
+  // client retries within its deadline). Automatic: twice the job's world size (a rank's
+  // requests, and the keys it holds on a connection of their own) + a quarter + 64, or
   // unknown_job_max_connections for a server that does not know its job. Connections still in
   // the handshake have a quota of their own, in all (at which the server stops accepting for a
   // moment) and per source address (tcp_store_server.cpp).
@@ -102,6 +103,7 @@ class tcp_store final : public store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys) override;
   bytes compare_set(const std::string& key, const bytes& expected, const bytes& desired) override;
+  bool hold(const std::string& key, const bytes& value) override;
   void mark_job_failed() noexcept override;
 
   const std::string& host() const noexcept;
