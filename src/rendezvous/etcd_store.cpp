@@ -239,22 +239,19 @@ struct etcd_store::impl {
   void claim(const job_identity& me, store_clock::time_point deadline) {
     if (me.world_size == 0 && me.id.empty()) return;
     const std::string key = address.prefix + "/job";
-    const std::string said = std::to_string(me.world_size) + " " + me.id;
+    const std::string said = detail::job_text(me);
     const entry seen = read(key, deadline);
     if (!seen.present && put_if_unchanged(key, seen, bytes(said.begin(), said.end()), deadline)) {
       return;
     }
     const entry now = seen.present ? seen : read(key, deadline);
     const std::string theirs = text_of(now.value);
-    job_identity other;
-    const auto space = theirs.find(' ');
-    try {
-      other.world_size = std::stoi(theirs.substr(0, space));
-    } catch (const std::exception&) {
+    const std::optional<job_identity> read_back = detail::job_from_text(theirs);
+    if (!read_back) {
       throw rendezvous_error("etcd_store: " + address.prefix + "/job in " + where() + " holds '" +
                              theirs + "', not a job (another program wrote it?)");
     }
-    if (space != std::string::npos) other.id = theirs.substr(space + 1);
+    const job_identity& other = *read_back;
     if (!same_job(me, other)) {
       throw rendezvous_error(
           "rendezvous: the prefix '" + address.prefix + "' in etcd " + client.members() +

@@ -97,6 +97,20 @@ void throw_missing_keys(const char* who, const std::vector<std::string>& missing
   throw missing_keys_error(missing_keys_message(who, missing, timeout), missing);
 }
 
+std::string job_text(const job_identity& j) { return std::to_string(j.world_size) + " " + j.id; }
+
+std::optional<job_identity> job_from_text(const std::string& text) {
+  job_identity j;
+  const auto space = text.find(' ');
+  try {
+    j.world_size = std::stoi(text.substr(0, space));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (space != std::string::npos) j.id = text.substr(space + 1);
+  return j;
+}
+
 bytes encode_counter(std::int64_t v) {
   const std::string s = std::to_string(v);
   return bytes(s.begin(), s.end());

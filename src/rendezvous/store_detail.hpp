@@ -11,6 +11,7 @@
 
 #include "distcomm/core/error.hpp"
 #include "distcomm/rendezvous/store.hpp"
+#include "distcomm/rendezvous/tcp_store.hpp"
 
 namespace distcomm::detail {
 
@@ -47,6 +48,11 @@ class missing_keys_error : public timeout_error {
 
 [[noreturn]] void throw_missing_keys(const char* who, const std::vector<std::string>& missing,
                                      std::chrono::duration<double> timeout);
+
+// A job's identity as a store keeps it for its clients to compare (etcd's <prefix>/job, a
+// plugin store's distcomm/job): "<world size> <id>". job_from_text: nullopt for other text.
+std::string job_text(const job_identity& j);
+std::optional<job_identity> job_from_text(const std::string& text);
 
 // add(): the stored integer as decimal text; parse_counter returns nullopt for anything else.
 bytes encode_counter(std::int64_t v);

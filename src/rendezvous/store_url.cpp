@@ -10,6 +10,7 @@
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/etcd_store.hpp"
+#include "store_detail.hpp"
 #include "store_socket.hpp"
 
 namespace distcomm {
@@ -24,22 +25,6 @@ store_opener& plugin_opener() {
 // Where a plugin store keeps the identity of the job it serves, as "<world size> <id>".
 const char* const job_key = "distcomm/job";
 
-std::string identity_text(const job_identity& j) {
-  return std::to_string(j.world_size) + " " + j.id;
-}
-
-job_identity identity_of(const std::string& text) {
-  job_identity j;
-  const auto space = text.find(' ');
-  try {
-    j.world_size = std::stoi(text.substr(0, space));
-  } catch (const std::exception&) {
-    j.world_size = -1;  // not ours: agrees with no job
-  }
-  if (space != std::string::npos) j.id = text.substr(space + 1);
-  return j;
-}
-
 std::string said(const job_identity& j) {
   return (j.id.empty() ? std::string("no id") : "job '" + j.id + "'") + ", " +
          (j.world_size > 0 ? std::to_string(j.world_size) + " ranks" : "no world size");
@@ -48,9 +33,11 @@ std::string said(const job_identity& j) {
 // The store must serve this job alone: the first rank to reach it writes the job's identity,
 // and a rank of another job (another world size or id under the same address) is refused.
 void claim(store& s, const store_request& r) {
-  const std::string mine = identity_text(r.job);
+  const std::string mine = detail::job_text(r.job);
   const bytes got = s.compare_set(job_key, {}, bytes(mine.begin(), mine.end()));
-  const job_identity theirs = identity_of(std::string(got.begin(), got.end()));
+  // Text that is not a job's (another program's key) agrees with no job.
+  const job_identity theirs =
+      detail::job_from_text(std::string(got.begin(), got.end())).value_or(job_identity{-1, {}});
   if (!same_job(theirs, r.job)) {
     throw rendezvous_error("rank " + std::to_string(r.rank) + ": the store " + r.url +
                            " belongs to another job (" + said(theirs) + "; this rank's " +

@@ -136,7 +136,9 @@ std::vector<std::string> search_path(const env_lookup& getenv) {
 
 std::vector<available> list() { return list(config::process_environment); }
 
-std::vector<available> list(const env_lookup& getenv) {
+std::vector<available> list(const env_lookup& getenv) { return list_of(prefix, getenv); }
+
+std::vector<available> list_of(const std::string& prefix, const env_lookup& getenv) {
   std::map<std::string, std::string> seen;
   for (const std::string& dir : search_path(getenv)) {
     DIR* d = ::opendir(dir.c_str());

@@ -2,9 +2,7 @@
 // as a distcomm::store (host_store, store_abi.hpp).
 #include "distcomm/plugin/store_plugin.hpp"
 
-#include <dirent.h>
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <map>
 #include <mutex>
@@ -26,24 +24,6 @@ const std::string suffix = ".so";
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
-// The schemes of the store plugins in `dirs`.
-std::vector<std::string> schemes_in(const std::vector<std::string>& dirs) {
-  std::vector<std::string> out;
-  for (const std::string& dir : dirs) {
-    DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) continue;
-    while (const dirent* e = ::readdir(d)) {
-      const std::string f = e->d_name;
-      if (f.size() > prefix.size() + suffix.size() && f.compare(0, prefix.size(), prefix) == 0 &&
-          f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        out.push_back(f.substr(prefix.size(), f.size() - prefix.size() - suffix.size()));
-      }
-    }
-    ::closedir(d);
-  }
   return out;
 }
 
@@ -110,16 +90,14 @@ std::shared_ptr<store> open_plugin_store(const store_request& r, const env_looku
     throw rendezvous_error("DISTCOMM_STORE='" + r.url + "': the scheme '" + r.scheme +
                            "' is not a store's name (lower-case letters, digits, '_', '-')");
   }
-  const std::vector<std::string> dirs = search_path(getenv);
   std::string path;
-  for (const std::string& dir : dirs) {
-    if (::access((dir + "/" + store_file_name(r.scheme)).c_str(), R_OK) == 0) {
-      path = dir + "/" + store_file_name(r.scheme);
-      break;
-    }
+  std::vector<std::string> found;
+  for (const available& a : list_of(prefix, getenv)) {
+    if (a.name == r.scheme) path = a.path;
+    found.push_back(a.name);
   }
   if (path.empty()) {
-    const std::vector<std::string> found = schemes_in(dirs);
+    const std::vector<std::string> dirs = search_path(getenv);
     throw rendezvous_error(
         "rank " + std::to_string(r.rank) + ": the store " + r.url + " needs the store plugin " +
         store_file_name(r.scheme) + ", not found in " +

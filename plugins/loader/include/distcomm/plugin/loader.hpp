@@ -40,6 +40,8 @@ struct available {
 // --help texts and error messages. Does not load them.
 std::vector<available> list();
 std::vector<available> list(const env_lookup& getenv);
+// The same for the files named `<file_prefix><name>.so` (libdistcomm_store_ for store plugins).
+std::vector<available> list_of(const std::string& file_prefix, const env_lookup& getenv);
 
 // A loaded plugin: the newest ABI table it exports. Copies share the library.
 class library {
