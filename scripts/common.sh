@@ -117,3 +117,20 @@ print_phase_summary() {
   for line in "${DISTCOMM_PHASES[@]}"; do echo "$line"; done
   printf '%-40s %5ss\n' "total" "$((SECONDS - DISTCOMM_START_SECONDS))"
 }
+
+# torch_tree_dir VERSION: the build tree of the torch binding against torch VERSION.
+torch_tree_dir() { echo "build-torch-$1"; }
+
+# build_torch_tree VERSION: makes (or reuses) torch VERSION's environment (scripts/torch.sh) and
+# builds the torch binding against it, with -Werror, in build-torch-VERSION/: the binding, what it
+# links, and its tests (ctest -L torch there); nothing else of the project.
+build_torch_tree() {
+  local version="$1" python dir
+  python="$("$DISTCOMM_ROOT/scripts/torch.sh" "$version")" || return 1
+  dir="$(torch_tree_dir "$version")"
+  configure_tree "$dir" -DDISTCOMM_WERROR=ON -DDISTCOMM_WITH_TORCH=ON \
+    "-DDISTCOMM_PYTHON=$python" -DDISTCOMM_BUILD_TESTS=OFF -DDISTCOMM_BUILD_TORCH_TESTS=ON \
+    -DDISTCOMM_BUILD_EXAMPLES=OFF -DDISTCOMM_BUILD_BENCH=OFF -DDISTCOMM_INSTALL=OFF \
+    -DDISTCOMM_WITH_CUDA=OFF -DDISTCOMM_WITH_NCCL=OFF >/dev/null || return 1
+  build_tree "$dir" --target distcomm_torch_tests
+}

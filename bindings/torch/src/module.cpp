@@ -36,18 +36,24 @@ PYBIND11_MODULE(_C, m) {
              c10::intrusive_ptr<process_group>>(m, "ProcessGroupDistComm")
       .def_property_readonly("transport", &process_group::transport,
                              "the DistComm backend and strategy under the group, e.g. 'gloo/auto'")
+      // What torch 2.x calls on the default group's backend, on the ranks outside a group that
+      // new_group makes while a device is bound (init_process_group(device_id=...)): a split
+      // with no color, for backends whose split involves every rank of the parent (NCCL's). The
+      // members of a "distcomm" group connect anew among themselves: nothing to do.
+      .def(
+          "perform_nocolor_split", [](process_group&, const py::object&) {}, py::arg("device"))
       // FSDP's coalesced forms, which torch 2.1 and later call through the group themselves;
       // here for torch versions that have none (1.13).
       .def(
           "allgather_into_tensor_coalesced",
           [](process_group& g, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs) {
-            return g.allgather_into_tensor_coalesced(outputs, inputs, c10d::AllgatherOptions());
+            return g.allgather_flat_coalesced(outputs, inputs, c10d::AllgatherOptions());
           },
           py::arg("outputs"), py::arg("inputs"), py::call_guard<py::gil_scoped_release>())
       .def(
           "reduce_scatter_tensor_coalesced",
           [](process_group& g, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs) {
-            return g.reduce_scatter_tensor_coalesced(outputs, inputs, c10d::ReduceScatterOptions());
+            return g.reduce_scatter_flat_coalesced(outputs, inputs, c10d::ReduceScatterOptions());
           },
           py::arg("outputs"), py::arg("inputs"), py::call_guard<py::gil_scoped_release>());
   m.def("create_process_group", &create, py::arg("store"), py::arg("rank"), py::arg("size"),

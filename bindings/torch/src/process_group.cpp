@@ -2,11 +2,14 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <memory>
 #include <utility>
 
 #include "c10d_store.hpp"
+#include "distcomm/backend_traits.hpp"
 #include "distcomm/init.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/rendezvous/host_names.hpp"
@@ -17,12 +20,15 @@ namespace distcomm::torch_binding {
 
 namespace {
 
-// The group's settings: DISTCOMM_* as everywhere, the timeout PyTorch gives unless
-// DISTCOMM_TIMEOUT names one.
+// The group's settings: DISTCOMM_* as everywhere. Its timeout: the one the program gave
+// (init_process_group(timeout=...), new_group(timeout=...)); else DISTCOMM_TIMEOUT when set; else
+// torch's default. Torch passes its default when the program names none, so a timeout equal to it
+// counts as none given.
 config settings_for(std::chrono::milliseconds timeout) {
   config cfg = config::from_env();
   const char* own = config::read_variable("DISTCOMM_TIMEOUT");
-  if (own == nullptr || *own == '\0') cfg.timeout = timeout;
+  const bool ambient = own != nullptr && *own != '\0';
+  if (timeout != torch_default_timeout || !ambient) cfg.timeout = timeout;
   return cfg;
 }
 
@@ -90,7 +96,25 @@ process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int r
       cfg_(settings_for(timeout)),
       kv_(store_of(store, cfg_)),
       comm_(connect(kv_, rank, size, cfg_)) {
+  init();  // torch's: its logging of the group
+  keep_options();
+}
+
+void process_group::keep_options() {
+#if TORCH_VERSION_MAJOR >= 2
+  options_ = c10::make_intrusive<Options>(getBackendName(),
+                                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              cfg_.timeout));
+#endif
+}
+
+process_group::process_group(const process_group& parent, any_communicator comm)
+    : torch_backend(comm.rank(), comm.size()),
+      cfg_(parent.cfg_),
+      kv_(parent.kv_),
+      comm_(std::move(comm)) {
   init();
+  keep_options();
 }
 
 // Python drops the group with the GIL held (destroy_process_group, or the interpreter's end), and
@@ -98,21 +122,97 @@ process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int r
 // collective whose Python object died meanwhile (`dist.all_reduce(t, async_op=True)` with `t`
 // forgotten, as a DDP bucket is) frees that object, under the GIL, when the collective lets the
 // tensor go. Holding the GIL here would wait for that forever, so it is let go meanwhile.
-process_group::~process_group() {
-  const auto close = [this] {
-    const any_communicator closing(std::move(comm_));  // its progress thread joined here
+process_group::~process_group() { close(); }
+
+void process_group::close() noexcept {
+  const auto closing = [this] {
+    const any_communicator gone(std::move(comm_));  // its progress thread joined here
   };
   if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
     const pybind11::gil_scoped_release release;
-    close();
+    closing();
   } else {
-    close();
+    closing();
   }
 }
 
+any_communicator& process_group::comm() {
+  TORCH_CHECK(closed_by_ == nullptr, "distcomm: the group was closed by ", closed_by_,
+              "; make a new group (init_process_group, new_group) to go on");
+  return comm_;
+}
+
 std::string process_group::transport() const {
+  if (closed_by_ != nullptr) return std::string("closed by ") + closed_by_;
   return std::string(comm_.backend_name()) + "/" + comm_.strategy_name();
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Backend> process_group::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) return nullptr;
+  const auto timeout = opts ? opts->timeout : torch_default_timeout;
+  const auto make = [&] {
+    return c10::make_intrusive<process_group>(store, static_cast<int>(me - ranks.begin()),
+                                              static_cast<int>(ranks.size()), timeout);
+  };
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {  // connecting waits for the others
+    const pybind11::gil_scoped_release release;
+    return make();
+  }
+  return make();
+}
+
+bool process_group::supportsShrinking() const {
+  return closed_by_ == nullptr && traits_of(comm_.backend_name()).can(capability::shrink);
+}
+
+c10::intrusive_ptr<c10d::Backend> process_group::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int, const c10::intrusive_ptr<Options>&) {
+  std::vector<int> kept;
+  for (int r = 0; r < size_; ++r) {
+    if (std::find(ranks_to_exclude.begin(), ranks_to_exclude.end(), r) == ranks_to_exclude.end())
+      kept.push_back(r);
+  }
+  const auto shrunk = [&] {
+    try {
+      return comm().shrink();
+    } catch (const error& e) {
+      TORCH_CHECK(false, "distcomm: shrink of rank ", rank_, " of ", size_, ": ", e.what());
+    }
+  };
+  std::optional<any_communicator> survivors;
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    const pybind11::gil_scoped_release release;
+    survivors.emplace(shrunk());
+  } else {
+    survivors.emplace(shrunk());
+  }
+  TORCH_CHECK(survivors->size() == static_cast<int>(kept.size()), "distcomm: shrink keeps ",
+              kept.size(), " of ", size_, " ranks, but ", survivors->size(),
+              " are alive and took part (a rank not excluded is gone, or an excluded one called "
+              "shrink_group)");
+  return c10::make_intrusive<process_group>(*this, std::move(*survivors));
+}
+
+void process_group::shutdown() {
+  if (closed_by_ != nullptr) return;
+  close();
+  closed_by_ = "shutdown()";
+}
+
+void process_group::abort() {
+  if (closed_by_ != nullptr) return;
+  close();
+  closed_by_ = "abort()";
+}
+
+c10d::ErrorType process_group::getError() {
+  return static_cast<c10d::ErrorType>(status_->load());
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> process_group::started(const host_staging& stage, c10d::OpType type,
                                                       distcomm::work w,
@@ -130,7 +230,7 @@ c10::intrusive_ptr<c10d::Work> process_group::started(c10d::OpType type, distcom
   // Messages are not collectives: the ranks of a group make different numbers of them.
   if (!c10d::isP2POp(type)) count_collective();
   return c10::make_intrusive<collective_work>(rank_, type, std::move(w), std::move(outputs),
-                                              std::move(inputs), std::move(finish));
+                                              std::move(inputs), std::move(finish), status_);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
@@ -140,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>&
   TORCH_CHECK(opts.rootTensor == 0, "distcomm: broadcast rootTensor must be 0");
   return started(
       stage, c10d::OpType::BROADCAST,
-      comm_.ibroadcast(stage.view(t, "broadcast tensor", true), static_cast<int>(opts.rootRank)),
+      comm().ibroadcast(stage.view(t, "broadcast tensor", true), static_cast<int>(opts.rootRank)),
       tensors);
 }
 
@@ -151,7 +251,7 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>&
   if (t.is_sparse()) return sparse_allreduce(t, opts);
   return started(
       stage, c10d::OpType::ALLREDUCE,
-      comm_.iallreduce(stage.view(t, "allreduce tensor", true), op_of(opts.reduceOp, "allreduce")),
+      comm().iallreduce(stage.view(t, "allreduce tensor", true), op_of(opts.reduceOp, "allreduce")),
       tensors);
 }
 
@@ -165,7 +265,7 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(
   // DistComm's grouped allreduce: one fused collective, each tensor reduced on its own.
   return started(
       stage, c10d::OpType::ALLREDUCE_COALESCED,
-      comm_.iallreduce(span<const tensor_view>(views), op_of(opts.reduceOp, "allreduce_coalesced")),
+      comm().iallreduce(span<const tensor_view>(views), op_of(opts.reduceOp, "allreduce_coalesced")),
       tensors);
 }
 
@@ -179,7 +279,7 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& te
   // In place on the root, as PyTorch's; the other ranks' tensors are left as they were.
   return started(
       stage, c10d::OpType::REDUCE,
-      comm_.ireduce(v, rank_ == root ? v : tensor_view{}, op_of(opts.reduceOp, "reduce"), root),
+      comm().ireduce(v, rank_ == root ? v : tensor_view{}, op_of(opts.reduceOp, "reduce"), root),
       tensors);
 }
 
@@ -193,18 +293,18 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
   return started(stage, c10d::OpType::ALLGATHER,
-                 comm_.iallgather(stage.view(in, "allgather input", false),
+                 comm().iallgather(stage.view(in, "allgather input", false),
                                   stage.view(flat, "allgather output", true)),
                  parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
-c10::intrusive_ptr<c10d::Work> process_group::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                              const c10d::AllgatherOptions&) {
+work_ptr process_group::allgather_flat(at::Tensor& output, at::Tensor& input,
+                                       const c10d::AllgatherOptions&) {
   host_staging stage;
   TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: _allgather_base output has ",
               output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
   return started(stage, c10d::OpType::_ALLGATHER_BASE,
-                 comm_.iallgather(stage.view(input, "_allgather_base input", false),
+                 comm().iallgather(stage.view(input, "_allgather_base input", false),
                                   stage.view(output, "_allgather_base output", true)),
                  {output}, {input});
 }
@@ -227,30 +327,30 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = flat_list(outputs);
   return started(stage, c10d::OpType::ALLGATHER_COALESCED,
-                 comm_.iallgather(stage.view(in, "allgather_coalesced input", false),
+                 comm().iallgather(stage.view(in, "allgather_coalesced input", false),
                                   stage.view(flat, "allgather_coalesced output", true)),
                  parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 // Every rank's inputs, packed, in one allgather; rank q's block of output i is its input i.
-c10::intrusive_ptr<c10d::Work> process_group::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+work_ptr process_group::allgather_flat_coalesced(std::vector<at::Tensor>& outputs,
+                                                 std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllgatherOptions&) {
   host_staging stage;
   check_pairs(outputs, inputs, size_, true, "allgather_into_tensor_coalesced");
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = blocks_by_rank(outputs, size_);  // views of the outputs
   return started(stage, c10d::OpType::ALLGATHER_COALESCED,
-                 comm_.iallgather(stage.view(in, "allgather_into_tensor_coalesced input", false),
+                 comm().iallgather(stage.view(in, "allgather_into_tensor_coalesced input", false),
                                   stage.view(flat, "allgather_into_tensor_coalesced output", true)),
                  outputs, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 // Block q of every input, for every q, packed: one reduce-scatter gives this rank's block of each.
-c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+work_ptr process_group::reduce_scatter_flat_coalesced(std::vector<at::Tensor>& outputs,
+                                                      std::vector<at::Tensor>& inputs,
+                                                      const c10d::ReduceScatterOptions& opts) {
   host_staging stage;
   check_pairs(outputs, inputs, size_, false, "reduce_scatter_tensor_coalesced");
   at::Tensor packed = flatten(blocks_by_rank(inputs, size_));
@@ -258,7 +358,7 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter_tensor_coalesced(
   std::vector<at::Tensor> parts = outputs;
   return started(
       stage, c10d::OpType::REDUCE_SCATTER,
-      comm_.ireduce_scatter(stage.view(packed, "reduce_scatter_tensor_coalesced input", false),
+      comm().ireduce_scatter(stage.view(packed, "reduce_scatter_tensor_coalesced input", false),
                             stage.view(out, "reduce_scatter_tensor_coalesced output", true),
                             op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced")),
       outputs, {packed, out}, [out, parts] { unflatten(out, parts); });
@@ -274,7 +374,7 @@ c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at:
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "distcomm: gather takes output tensors on the root rank only");
     return started(stage, c10d::OpType::GATHER,
-                   comm_.igather(stage.view(in, "gather input", false), tensor_view{}, root), {},
+                   comm().igather(stage.view(in, "gather input", false), tensor_view{}, root), {},
                    {in});
   }
   TORCH_CHECK(outputs.size() == 1, "distcomm: gather takes one output list on the root");
@@ -282,9 +382,28 @@ c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at:
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
   return started(stage, c10d::OpType::GATHER,
-                 comm_.igather(stage.view(in, "gather input", false),
+                 comm().igather(stage.view(in, "gather input", false),
                                stage.view(flat, "gather output", true), root),
                  parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+}
+
+// Every rank's input into the root's one tensor, in rank order (torch 2.14's gather_single).
+work_ptr process_group::gather_flat(at::Tensor& output, at::Tensor& input,
+                                    const c10d::GatherOptions& opts) {
+  host_staging stage;
+  const int root = static_cast<int>(opts.rootRank);
+  if (rank_ != root) {
+    return started(stage, c10d::OpType::GATHER,
+                   comm().igather(stage.view(input, "gather_single input", false), tensor_view{},
+                                 root),
+                   {}, {input});
+  }
+  TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: gather_single output has ",
+              output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
+  return started(stage, c10d::OpType::GATHER,
+                 comm().igather(stage.view(input, "gather_single input", false),
+                               stage.view(output, "gather_single output", true), root),
+                 {output}, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& outputs,
@@ -304,7 +423,7 @@ c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& o
   }
   const tensor_view in = flat.defined() ? stage.view(flat, "scatter input", false) : tensor_view{};
   return started(stage, c10d::OpType::SCATTER,
-                 comm_.iscatter(in, stage.view(out, "scatter output", true), root), outputs,
+                 comm().iscatter(in, stage.view(out, "scatter output", true), root), outputs,
                  {flat});
 }
 
@@ -317,33 +436,34 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(
   check_list(inputs[0], static_cast<std::size_t>(size_), out, "reduce_scatter input list");
   at::Tensor flat = flatten(inputs[0]);
   return started(stage, c10d::OpType::REDUCE_SCATTER,
-                 comm_.ireduce_scatter(stage.view(flat, "reduce_scatter input", false),
+                 comm().ireduce_scatter(stage.view(flat, "reduce_scatter input", false),
                                        stage.view(out, "reduce_scatter output", true),
                                        op_of(opts.reduceOp, "reduce_scatter")),
                  outputs, {flat});
 }
 
-c10::intrusive_ptr<c10d::Work> process_group::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+work_ptr process_group::reduce_scatter_flat(at::Tensor& output, at::Tensor& input,
+                                            const c10d::ReduceScatterOptions& opts) {
   host_staging stage;
   TORCH_CHECK(input.numel() == output.numel() * size_, "distcomm: _reduce_scatter_base input has ",
               input.numel(),
               " elements; it needs world size × output's = ", output.numel() * size_);
   return started(stage, c10d::OpType::_REDUCE_SCATTER_BASE,
-                 comm_.ireduce_scatter(stage.view(input, "_reduce_scatter_base input", false),
+                 comm().ireduce_scatter(stage.view(input, "_reduce_scatter_base input", false),
                                        stage.view(output, "_reduce_scatter_base output", true),
                                        op_of(opts.reduceOp, "_reduce_scatter_base")),
                  {output}, {input});
 }
 
-c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+work_ptr process_group::alltoall_flat(at::Tensor& output, at::Tensor& input,
+                                      std::vector<int64_t>& output_split_sizes,
+                                      std::vector<int64_t>& input_split_sizes,
+                                      const c10d::AllToAllOptions&) {
   host_staging stage;
   const tensor_view in = stage.view(input, "alltoall_base input", false);
   const tensor_view out = stage.view(output, "alltoall_base output", true);
   if (output_split_sizes.empty() && input_split_sizes.empty()) {
-    return started(stage, c10d::OpType::ALLTOALL_BASE, comm_.ialltoall(in, out), {output}, {input});
+    return started(stage, c10d::OpType::ALLTOALL_BASE, comm().ialltoall(in, out), {output}, {input});
   }
   // Split sizes count rows (the first dimension); DistComm counts elements.
   const auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t,
@@ -376,7 +496,7 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall_base(
   const std::vector<std::size_t> recv = counts(output_split_sizes, output, "output");
   return started(
       stage, c10d::OpType::ALLTOALL_BASE,
-      comm_.ialltoallv(in, span<const std::size_t>(send), out, span<const std::size_t>(recv)),
+      comm().ialltoallv(in, span<const std::size_t>(send), out, span<const std::size_t>(recv)),
       {output}, {input});
 }
 
@@ -402,7 +522,7 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& 
   std::vector<at::Tensor> parts = outputs;
   return started(
       stage, c10d::OpType::ALLTOALL,
-      comm_.ialltoallv(stage.view(in, "alltoall input", false), span<const std::size_t>(send),
+      comm().ialltoallv(stage.view(in, "alltoall input", false), span<const std::size_t>(send),
                        stage.view(flat, "alltoall output", true), span<const std::size_t>(recv)),
       parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
@@ -412,7 +532,7 @@ c10::intrusive_ptr<c10d::Work> process_group::send(std::vector<at::Tensor>& tens
   host_staging stage;
   const at::Tensor& t = single(tensors, "send");
   return started(stage, c10d::OpType::SEND,
-                 comm_.isend(stage.view(t, "send tensor", false), dst, tag), tensors);
+                 comm().isend(stage.view(t, "send tensor", false), dst, tag), tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tensors, int src,
@@ -420,7 +540,7 @@ c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tens
   host_staging stage;
   const at::Tensor& t = single(tensors, "recv");
   return started(stage, c10d::OpType::RECV,
-                 comm_.irecv(stage.view(t, "recv tensor", true), src, tag), tensors);
+                 comm().irecv(stage.view(t, "recv tensor", true), src, tag), tensors);
 }
 
 // The sender's rank lives as long as the receive may write it (the copy-out holds it) and as the
@@ -431,14 +551,14 @@ c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tens
   const at::Tensor& t = single(tensors, "recv");
   auto source = std::make_shared<int>(-1);
   auto w = started(stage, c10d::OpType::RECVANYSOURCE,
-                   comm_.irecv_any(stage.view(t, "recv tensor", true), source.get(), tag), tensors,
+                   comm().irecv_any(stage.view(t, "recv tensor", true), source.get(), tag), tensors,
                    {}, [source] {});
   static_cast<collective_work&>(*w).receives_from_any(std::move(source));
   return w;
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions&) {
-  return started(c10d::OpType::BARRIER, comm_.ibarrier(), {});
+  return started(c10d::OpType::BARRIER, comm().ibarrier(), {});
 }
 
 }  // namespace distcomm::torch_binding

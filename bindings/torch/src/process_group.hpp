@@ -19,6 +19,7 @@
 #include "distcomm/rendezvous/store.hpp"
 #include "tensors.hpp"
 #include "torch_api.hpp"
+#include "work.hpp"
 
 namespace distcomm::torch_binding {
 
@@ -30,12 +31,38 @@ class process_group final : public torch_backend {
   // `timeout` when they do not meet.
   process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                 std::chrono::milliseconds timeout);
+  // The group of `comm`, made of `parent`'s ranks (shrink): its settings and store.
+  process_group(const process_group& parent, any_communicator comm);
   // Lets the GIL go while the transport closes (see the definition).
   ~process_group() override;
 
   const std::string getBackendName() const override { return "distcomm"; }
   // The transport and strategy under it: "gloo/auto".
   std::string transport() const;
+
+#if TORCH_VERSION_MAJOR >= 2
+  // split_group: the ranks of `ranks` (ranks of this group, in the new group's order) connect
+  // anew through `store`, the child's; nullptr on a rank not listed.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  // shrink_group: DistComm's shrink (communicator::shrink), the survivors agreeing through the
+  // group's store; refused, naming them, when the ranks still alive are not the ones kept.
+  bool supportsShrinking() const override;
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
+  // Both close the transport (collectives in flight end first, with an error within the group's
+  // timeout where a peer does not take part: DistComm cannot cancel one alone); every call
+  // after them is refused, saying so.
+  void shutdown() override;
+  void abort() override;
+  // How the group's first failed collective ended (SUCCESS while none has), as torch asks it.
+  c10d::ErrorType getError() override;
+  // What torch reads back of the group (split_group clones it for the child): the backend's
+  // name and the group's timeout.
+  c10::intrusive_ptr<Options> getBackendOptions() override { return options_; }
+#endif
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -48,18 +75,9 @@ class process_group final : public torch_backend {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
-  // FSDP's coalesced forms: one allgather (reduce-scatter) of every pair's tensors at once.
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) DISTCOMM_TORCH_2_1_OVERRIDE;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::ReduceScatterOptions& opts) DISTCOMM_TORCH_2_1_OVERRIDE;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -69,12 +87,6 @@ class process_group final : public torch_backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                               std::vector<int64_t>& output_split_sizes,
-                                               std::vector<int64_t>& input_split_sizes,
-                                               const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
@@ -82,6 +94,24 @@ class process_group final : public torch_backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // The single-tensor collectives, under the names torch_backend maps torch's onto.
+  work_ptr allgather_flat(at::Tensor& output, at::Tensor& input,
+                          const c10d::AllgatherOptions& opts) override;
+  work_ptr reduce_scatter_flat(at::Tensor& output, at::Tensor& input,
+                               const c10d::ReduceScatterOptions& opts) override;
+  work_ptr alltoall_flat(at::Tensor& output, at::Tensor& input,
+                         std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+                         const c10d::AllToAllOptions& opts) override;
+  work_ptr gather_flat(at::Tensor& output, at::Tensor& input,
+                       const c10d::GatherOptions& opts) override;
+  // FSDP's coalesced forms: one allgather (reduce-scatter) of every pair's tensors at once.
+  work_ptr allgather_flat_coalesced(std::vector<at::Tensor>& outputs,
+                                    std::vector<at::Tensor>& inputs,
+                                    const c10d::AllgatherOptions& opts) override;
+  work_ptr reduce_scatter_flat_coalesced(std::vector<at::Tensor>& outputs,
+                                         std::vector<at::Tensor>& inputs,
+                                         const c10d::ReduceScatterOptions& opts) override;
 
  private:
   // allreduce() of a sparse COO tensor (sparse.cpp).
@@ -98,10 +128,23 @@ class process_group final : public torch_backend {
                                          std::vector<at::Tensor> inputs = {},
                                          std::function<void()> finish = {});
 
+  // The communicator, or the refusal of a group that was shut down or aborted.
+  any_communicator& comm();
+  // Closes the communicator, the GIL let go meanwhile (see the destructor).
+  void close() noexcept;
+  // What getBackendOptions() answers (torch 2.x), from the settings.
+  void keep_options();
+
   config cfg_;
   std::shared_ptr<store>
       kv_;  // the group's store, for as long as the group (ucx's teardown meets there)
   any_communicator comm_;
+  const char* closed_by_ = nullptr;  // "shutdown()" or "abort()" once closed
+  // How the group's first failed collective ended (work.hpp), as its works set it.
+  std::shared_ptr<group_status> status_ = std::make_shared<group_status>();
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<Options> options_;
+#endif
 };
 
 // The transport a group of `size` ranks gets when DISTCOMM_BACKEND names none: local for one

@@ -29,11 +29,25 @@ std::exception_ptr in_torch_words(std::exception_ptr e, c10d::OpType type) {
   }
 }
 
+// What `e` says of the group, in group_status's values.
+int status_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const distcomm::timeout_error&) {
+    return 1;
+  } catch (const distcomm::peer_lost_error&) {
+    return 3;
+  } catch (...) {
+    return 2;
+  }
+}
+
 }  // namespace
 
 collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
                                  std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
-                                 std::function<void()> finish)
+                                 std::function<void()> finish,
+                                 std::shared_ptr<group_status> status)
     : c10d::Work(rank, type),
       work_(std::move(w)),
       outputs_(std::move(outputs)),
@@ -42,7 +56,8 @@ collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
   // On the thread that completes the collective (DistComm's progress), or here when it already
   // has. The future holds what the callback needs, not this Work, which the caller may drop.
   work_.then([future = future_, outputs = outputs_, inputs = std::move(inputs),
-              finish = std::move(finish), type](std::exception_ptr error) {
+              finish = std::move(finish), type,
+              status = std::move(status)](std::exception_ptr error) {
     if (!error && finish) {
       try {
         finish();
@@ -51,6 +66,8 @@ collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
       }
     }
     if (error) {
+      int none = 0;
+      if (status) status->compare_exchange_strong(none, status_of(error));
       future->setError(in_torch_words(error, type));
     } else {
       future->markCompleted(c10::IValue(outputs));

@@ -9,6 +9,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -18,13 +19,18 @@
 
 namespace distcomm::torch_binding {
 
+// How a group's first failed collective ended, in the values of torch 2.x's c10d::ErrorType:
+// 0 none failed, 1 timed out, 2 failed here, 3 a peer was lost.
+using group_status = std::atomic<int>;
+
 class collective_work final : public c10d::Work {
  public:
   // `outputs`: what result() and the future hold; `inputs`: tensors the collective reads (or
   // stages through), kept alive until it completes, whatever the caller drops; `finish`: the
-  // copy-out, run once on success.
+  // copy-out, run once on success; `status`: the group's, set when it fails (may be null).
   collective_work(int rank, c10d::OpType type, distcomm::work w, std::vector<at::Tensor> outputs,
-                  std::vector<at::Tensor> inputs, std::function<void()> finish = {});
+                  std::vector<at::Tensor> inputs, std::function<void()> finish = {},
+                  std::shared_ptr<group_status> status = nullptr);
 
   bool isCompleted() override;
   bool isSuccess() const override;

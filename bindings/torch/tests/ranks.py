@@ -1,12 +1,21 @@
 """What the multi-process tests here share: starting WORLD ranks of a test as separate processes
 on this host, each with torchrun's variables (a free loopback port for the rendezvous), and
-failing when any rank fails or outlives its time."""
+failing when any rank fails or outlives its time; and an environment of the test's own."""
 
 import os
 import socket
 import subprocess
 import sys
 import traceback
+
+
+def own_environment(**settings):
+    """Makes this process's environment (and so its ranks') the test's own: every DISTCOMM_*
+    setting it held is dropped, then `settings` are set. A test passes whatever DISTCOMM_* the
+    environment it is run from holds (DISTCOMM_TIMEOUT=20, DISTCOMM_BACKEND=ucx, ...)."""
+    for name in [n for n in os.environ if n.startswith("DISTCOMM_")]:
+        del os.environ[name]
+    os.environ.update(settings)
 
 
 def free_port():

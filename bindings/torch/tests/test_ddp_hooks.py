@@ -26,6 +26,7 @@ def launch(world, only):
         for h in only:
             args += ["--hook", h]
         return args
+    ranks.own_environment()
     return ranks.launch(world, argv_of)
 
 

@@ -4,7 +4,10 @@ process group, with every ReduceOp and dtype DistComm has, async and blocking, s
 errors a user sees for what it refuses. Run without arguments it starts WORLD ranks as separate
 processes (init method from --init: env, tcp or file) and fails when any rank fails.
 
-    test_process_group.py [--world 2] [--init env|tcp|file] [--device cpu|cuda]
+    test_process_group.py [--world 2] [--init env|tcp|file] [--transport T] [--device cpu|cuda]
+
+The ranks run with DISTCOMM_TIMEOUT=600 and no other DISTCOMM_* setting but DISTCOMM_BACKEND=T
+(--transport): a timeout the program gives (new_group(timeout=...)) must win over it.
 
 With --device cuda the ranks run the collectives on CUDA tensors of one GPU they share (staged
 through host memory); without a CUDA torch or a GPU it prints why and skips.
@@ -17,12 +20,21 @@ import os
 import re
 import sys
 import tempfile
+import time
 import warnings
 
 import ranks
 
 
-def launch(world, init, device):
+# The ambient timeout the ranks run with; every timeout the test gives is far shorter.
+AMBIENT_TIMEOUT = 600
+
+
+def launch(world, init, device, transport):
+    settings = {"DISTCOMM_TIMEOUT": str(AMBIENT_TIMEOUT)}
+    if transport:
+        settings["DISTCOMM_BACKEND"] = transport
+    ranks.own_environment(**settings)
     port = ranks.free_port()
     tmp = tempfile.mkdtemp(prefix="distcomm-torch-")
     if init == "tcp":
@@ -103,6 +115,7 @@ def run_rank(rank, world, check):
     """CPU: every collective, op and dtype, the errors, subgroups."""
     import torch
     import torch.distributed as dist
+    import distcomm_torch
 
     p, r = world, rank
     group = dist.group.WORLD
@@ -226,7 +239,7 @@ def run_rank(rank, world, check):
 
         # recv without src: rank 0 takes one message from every other rank, through recv and
         # through irecv, each saying its sender; transports that match per sender refuse it
-        transport = dist.distributed_c10d._get_default_group().transport
+        transport = distcomm_torch.backend_of().transport
         if transport.split("/")[0] in ("shm", "gloo", "ucx", "local"):
             if r == 0:
                 senders = []
@@ -254,9 +267,7 @@ def run_rank(rank, world, check):
 
     # FSDP's coalesced forms: one allgather (reduce-scatter) of every pair at once (torch 2.1
     # calls them itself; the group's own methods here)
-    pg = dist.distributed_c10d._get_default_group()
-    if hasattr(pg, "_get_backend"):
-        pg = pg._get_backend(torch.device("cpu"))
+    pg = distcomm_torch.backend_of()
     ins = [torch.full((3,), float(r)), torch.full((2,), float(10 + r))]
     outs = [torch.empty(3 * p), torch.empty(2 * p)]
     pg.allgather_into_tensor_coalesced(outs, ins).wait()
@@ -318,13 +329,18 @@ def run_rank(rank, world, check):
            "sparse max")
 
     # A timeout in PyTorch's words (its suite matches " (Timed out|closed|timeout) "): rank 0
-    # alone enters a barrier of a group whose timeout is 2 s
+    # alone enters a barrier of a group whose timeout is 2 s. The 2 s win over DISTCOMM_TIMEOUT
+    # (AMBIENT_TIMEOUT): the program named them.
     short = dist.new_group(list(range(p)), timeout=datetime.timedelta(seconds=2))
     if r == 0:
+        began = time.monotonic()
         try:
             dist.barrier(group=short)
             check(False, "a barrier that rank 0 entered alone completed")
         except RuntimeError as e:
+            took = time.monotonic() - began
+            check(took < AMBIENT_TIMEOUT / 10, f"the 2 s barrier timed out after {took:.0f} s: "
+                  f"DISTCOMM_TIMEOUT={AMBIENT_TIMEOUT} won over the group's own timeout")
             check(re.search(" (Timed out|closed|timeout) ", str(e)) is not None,
                   f"a timeout in other words than PyTorch's: {e!s:.300}")
             check("distcomm: Timed out (BARRIER): " in str(e) and "barrier" in str(e),
@@ -367,6 +383,7 @@ def main():
     ap.add_argument("--rank", type=int)
     ap.add_argument("--url")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--transport", default="", help="DISTCOMM_BACKEND for the ranks")
     a = ap.parse_args()
     if a.device == "cuda" and a.rank is None:
         import torch
@@ -375,7 +392,7 @@ def main():
                   f"{torch.version.cuda}) sees no GPU", flush=True)
             return 0
     if a.rank is None:
-        return launch(a.world, a.init, a.device)
+        return launch(a.world, a.init, a.device, a.transport)
     body = run_cuda if a.device == "cuda" else run_rank
     return ranks.rank_main(lambda: checked(body, a.rank, a.world, a.url))
 

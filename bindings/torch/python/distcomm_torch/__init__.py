@@ -4,9 +4,12 @@
     import torch.distributed as dist
     dist.init_process_group("distcomm")   # env://, tcp://, file:// or torchrun, as any backend
 
-The transport under it is DistComm's DISTCOMM_BACKEND (gloo, ucx, mpi, a plugin), else the
-fastest built for CPU tensors (``distcomm_torch.backend_for(world_size)``). The rendezvous goes
-through the store PyTorch hands the group: no second port. See docs/TORCH.md.
+Installed with pip (``pip install --no-build-isolation ./bindings/torch``), "distcomm" needs no
+import at all: torch loads it through the package's entry points (_distcomm_torch_autoload).
+
+The transport under it is DistComm's DISTCOMM_BACKEND (shm, gloo, ucx, mpi, a plugin), else the
+fastest built for the group (``distcomm_torch.backend_for(world_size, one_host)``). The rendezvous
+goes through the store PyTorch hands the group: no second port. See docs/TORCH.md.
 """
 
 import inspect as _inspect
@@ -17,17 +20,38 @@ from ._C import ProcessGroupDistComm, backend_for, create_process_group, __versi
 
 BACKEND_NAME = "distcomm"
 
+# The device types a group serves (CUDA tensors go through host memory), on torch 2.x.
+DEVICES = ["cpu", "cuda"]
+
 
 def _create(store, rank, size, timeout):
     return create_process_group(store, rank, size, timeout)
 
 
-if not hasattr(_dist.Backend, BACKEND_NAME.upper()):
+def backend_of(group=None):
+    """The ProcessGroupDistComm under `group` (default: the default group), for its `transport`
+    ("shm/auto") and its own methods: on torch 2.x the group's backend for "cpu", on 1.13 the
+    group itself."""
+    group = group or _dist.distributed_c10d._get_default_group()
+    if hasattr(group, "_get_backend"):
+        import torch
+        group = group._get_backend(torch.device("cpu"))
+    if not isinstance(group, ProcessGroupDistComm):
+        raise TypeError(f"the group's backend is {type(group).__name__}, not distcomm's")
+    return group
+
+
+def register():
+    """Registers "distcomm" with torch.distributed, once (importing the package does)."""
+    if hasattr(_dist.Backend, BACKEND_NAME.upper()):
+        return
     if "devices" in _inspect.signature(_dist.Backend.register_backend).parameters:
-        # torch 2.x: the device types the backend serves (CUDA tensors go through host memory)
-        _dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+        _dist.Backend.register_backend(BACKEND_NAME, _create, devices=DEVICES)
     else:  # torch 1.13
         _dist.Backend.register_backend(BACKEND_NAME, _create)
 
-__all__ = ["BACKEND_NAME", "ProcessGroupDistComm", "backend_for", "create_process_group",
-           "__version__"]
+
+register()
+
+__all__ = ["BACKEND_NAME", "DEVICES", "ProcessGroupDistComm", "backend_for", "backend_of",
+           "create_process_group", "register", "__version__"]

@@ -38,6 +38,11 @@ NAMED_GLOO = {"test_get_backend", "test_monitored_barrier_gloo",
 
 
 # At import, not in main(): each spawned rank imports this file again to find the test class.
+# No DISTCOMM_* setting of the caller's environment reaches the suite.
+sys.path.insert(0, os.path.dirname(HERE))
+import ranks  # noqa: E402
+
+ranks.own_environment()
 BACKEND = os.environ.setdefault("BACKEND", "distcomm")
 os.environ.setdefault("WORLD_SIZE", "2")
 IN_PLACE_OF_GLOO = BACKEND == "gloo" and os.environ.get("IN_PLACE_OF_GLOO") == "1"
