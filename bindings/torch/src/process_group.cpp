@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "c10d_store.hpp"
@@ -102,9 +102,8 @@ process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int r
 
 void process_group::keep_options() {
 #if TORCH_VERSION_MAJOR >= 2
-  options_ = c10::make_intrusive<Options>(getBackendName(),
-                                          std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              cfg_.timeout));
+  options_ = c10::make_intrusive<Options>(
+      getBackendName(), std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.timeout));
 #endif
 }
 
@@ -126,7 +125,9 @@ process_group::~process_group() { close(); }
 
 void process_group::close() noexcept {
   const auto closing = [this] {
+    order_.close();                                 // what was called runs first
     const any_communicator gone(std::move(comm_));  // its progress thread joined here
+    closed_ = true;
   };
   if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
     const pybind11::gil_scoped_release release;
@@ -137,7 +138,7 @@ void process_group::close() noexcept {
 }
 
 any_communicator& process_group::comm() {
-  TORCH_CHECK(closed_by_ == nullptr, "distcomm: the group was closed by ", closed_by_,
+  TORCH_CHECK(!closed_, "distcomm: the group was closed by ", closed_by_ ? closed_by_ : "its end",
               "; make a new group (init_process_group, new_group) to go on");
   return comm_;
 }
@@ -148,9 +149,9 @@ std::string process_group::transport() const {
 }
 
 #if TORCH_VERSION_MAJOR >= 2
-c10::intrusive_ptr<c10d::Backend> process_group::split(
-    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
-    const c10::intrusive_ptr<Options>& opts) {
+c10::intrusive_ptr<c10d::Backend> process_group::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       const std::vector<int>& ranks,
+                                                       const c10::intrusive_ptr<Options>& opts) {
   const auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) return nullptr;
   const auto timeout = opts ? opts->timeout : torch_default_timeout;
@@ -199,38 +200,68 @@ c10::intrusive_ptr<c10d::Backend> process_group::shrink(
 
 void process_group::shutdown() {
   if (closed_by_ != nullptr) return;
+  closed_by_ = "shutdown()";  // refuses what is called from now on
   close();
-  closed_by_ = "shutdown()";
 }
 
 void process_group::abort() {
   if (closed_by_ != nullptr) return;
-  close();
   closed_by_ = "abort()";
+  close();
 }
 
-c10d::ErrorType process_group::getError() {
-  return static_cast<c10d::ErrorType>(status_->load());
-}
+c10d::ErrorType process_group::getError() { return static_cast<c10d::ErrorType>(status_->load()); }
 #endif
 
-c10::intrusive_ptr<c10d::Work> process_group::started(const host_staging& stage, c10d::OpType type,
-                                                      distcomm::work w,
-                                                      std::vector<at::Tensor> outputs,
-                                                      std::vector<at::Tensor> inputs,
-                                                      std::function<void()> finish) {
-  return started(type, std::move(w), std::move(outputs), stage.keep(std::move(inputs)),
-                 stage.after(std::move(finish)));
+work_ptr process_group::ran(const host_staging& stage, c10d::OpType type,
+                            std::function<void()> call, std::vector<at::Tensor> outputs,
+                            std::vector<at::Tensor> inputs, std::function<void()> finish) {
+  return ran(type, std::move(call), std::move(outputs), stage.keep(std::move(inputs)),
+             stage.after(std::move(finish)));
 }
 
-c10::intrusive_ptr<c10d::Work> process_group::started(c10d::OpType type, distcomm::work w,
-                                                      std::vector<at::Tensor> outputs,
-                                                      std::vector<at::Tensor> inputs,
-                                                      std::function<void()> finish) {
+work_ptr process_group::ran(c10d::OpType type, std::function<void()> call,
+                            std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
+                            std::function<void()> finish) {
+  auto done = std::make_shared<completion>(type, std::move(outputs), std::move(inputs),
+                                           std::move(finish), status_);
+  return queued(done, [done, call = std::move(call)] {
+    done->begin();
+    std::exception_ptr error;
+    try {
+      call();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done->end(error);  // its future's callbacks run here, before the next call
+  });
+}
+
+work_ptr process_group::posted(const host_staging& stage, c10d::OpType type,
+                               std::function<distcomm::work()> post,
+                               std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
+                               std::function<void()> finish) {
+  auto done = std::make_shared<completion>(type, std::move(outputs), stage.keep(std::move(inputs)),
+                                           stage.after(std::move(finish)), status_);
+  return queued(done, [done, post = std::move(post)] {
+    done->begin();
+    try {
+      post().then([done](std::exception_ptr error) { done->end(error); });
+    } catch (...) {
+      done->end(std::current_exception());
+    }
+  });
+}
+
+work_ptr process_group::queued(const std::shared_ptr<completion>& done,
+                               std::function<void()> task) {
+  TORCH_CHECK(closed_by_ == nullptr, "distcomm: the group was closed by ", closed_by_,
+              "; make a new group (init_process_group, new_group) to go on");
   // Messages are not collectives: the ranks of a group make different numbers of them.
-  if (!c10d::isP2POp(type)) count_collective();
-  return c10::make_intrusive<collective_work>(rank_, type, std::move(w), std::move(outputs),
-                                              std::move(inputs), std::move(finish), status_);
+  if (!c10d::isP2POp(done->type())) count_collective();
+  auto w = c10::make_intrusive<collective_work>(rank_, done, order_);
+  order_.post(std::move(task));
+  return w;
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors,
@@ -238,9 +269,10 @@ c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>&
   host_staging stage;
   const at::Tensor& t = single(tensors, "broadcast");
   TORCH_CHECK(opts.rootTensor == 0, "distcomm: broadcast rootTensor must be 0");
-  return started(
-      stage, c10d::OpType::BROADCAST,
-      comm().ibroadcast(stage.view(t, "broadcast tensor", true), static_cast<int>(opts.rootRank)),
+  const auto arg0 = stage.view(t, "broadcast tensor", true);
+  const auto arg1 = static_cast<int>(opts.rootRank);
+  return ran(
+      stage, c10d::OpType::BROADCAST, [this, arg0, arg1] { comm().broadcast(arg0, arg1); },
       tensors);
 }
 
@@ -249,9 +281,10 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>&
   host_staging stage;
   const at::Tensor& t = single(tensors, "allreduce");
   if (t.is_sparse()) return sparse_allreduce(t, opts);
-  return started(
-      stage, c10d::OpType::ALLREDUCE,
-      comm().iallreduce(stage.view(t, "allreduce tensor", true), op_of(opts.reduceOp, "allreduce")),
+  const auto arg0 = stage.view(t, "allreduce tensor", true);
+  const auto arg1 = op_of(opts.reduceOp, "allreduce");
+  return ran(
+      stage, c10d::OpType::ALLREDUCE, [this, arg0, arg1] { comm().allreduce(arg0, arg1); },
       tensors);
 }
 
@@ -263,10 +296,10 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(
   for (const at::Tensor& t : tensors)
     views.push_back(stage.view(t, "allreduce_coalesced tensor", true));
   // DistComm's grouped allreduce: one fused collective, each tensor reduced on its own.
-  return started(
+  const auto arg1 = op_of(opts.reduceOp, "allreduce_coalesced");
+  return ran(
       stage, c10d::OpType::ALLREDUCE_COALESCED,
-      comm().iallreduce(span<const tensor_view>(views), op_of(opts.reduceOp, "allreduce_coalesced")),
-      tensors);
+      [this, views, arg1] { comm().allreduce(span<const tensor_view>(views), arg1); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& tensors,
@@ -277,10 +310,12 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& te
   const tensor_view v = stage.view(t, "reduce tensor", true);
   const int root = static_cast<int>(opts.rootRank);
   // In place on the root, as PyTorch's; the other ranks' tensors are left as they were.
-  return started(
+  const auto arg1 = rank_ == root ? v : tensor_view{};
+  const auto arg2 = op_of(opts.reduceOp, "reduce");
+  const auto arg3 = root;
+  return ran(
       stage, c10d::OpType::REDUCE,
-      comm().ireduce(v, rank_ == root ? v : tensor_view{}, op_of(opts.reduceOp, "reduce"), root),
-      tensors);
+      [this, v, arg1, arg2, arg3] { comm().reduce(v, arg1, arg2, arg3); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allgather(
@@ -292,10 +327,11 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(
   check_list(outputs[0], static_cast<std::size_t>(size_), in, "allgather output list");
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
-  return started(stage, c10d::OpType::ALLGATHER,
-                 comm().iallgather(stage.view(in, "allgather input", false),
-                                  stage.view(flat, "allgather output", true)),
-                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+  const auto arg0 = stage.view(in, "allgather input", false);
+  const auto arg1 = stage.view(flat, "allgather output", true);
+  return ran(
+      stage, c10d::OpType::ALLGATHER, [this, arg0, arg1] { comm().allgather(arg0, arg1); }, parts,
+      {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 work_ptr process_group::allgather_flat(at::Tensor& output, at::Tensor& input,
@@ -303,10 +339,10 @@ work_ptr process_group::allgather_flat(at::Tensor& output, at::Tensor& input,
   host_staging stage;
   TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: _allgather_base output has ",
               output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
-  return started(stage, c10d::OpType::_ALLGATHER_BASE,
-                 comm().iallgather(stage.view(input, "_allgather_base input", false),
-                                  stage.view(output, "_allgather_base output", true)),
-                 {output}, {input});
+  const auto arg0 = stage.view(input, "_allgather_base input", false);
+  const auto arg1 = stage.view(output, "_allgather_base output", true);
+  return ran(stage, c10d::OpType::_ALLGATHER_BASE,
+             [this, arg0, arg1] { comm().allgather(arg0, arg1); }, {output}, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
@@ -326,10 +362,12 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
   at::Tensor in = inputs.empty() ? at::empty({0}, at::kFloat) : flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = flat_list(outputs);
-  return started(stage, c10d::OpType::ALLGATHER_COALESCED,
-                 comm().iallgather(stage.view(in, "allgather_coalesced input", false),
-                                  stage.view(flat, "allgather_coalesced output", true)),
-                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+  const auto arg0 = stage.view(in, "allgather_coalesced input", false);
+  const auto arg1 = stage.view(flat, "allgather_coalesced output", true);
+  return ran(
+      stage, c10d::OpType::ALLGATHER_COALESCED,
+      [this, arg0, arg1] { comm().allgather(arg0, arg1); }, parts, {in, flat},
+      [flat, parts] { unflatten(flat, parts); });
 }
 
 // Every rank's inputs, packed, in one allgather; rank q's block of output i is its input i.
@@ -341,10 +379,12 @@ work_ptr process_group::allgather_flat_coalesced(std::vector<at::Tensor>& output
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = blocks_by_rank(outputs, size_);  // views of the outputs
-  return started(stage, c10d::OpType::ALLGATHER_COALESCED,
-                 comm().iallgather(stage.view(in, "allgather_into_tensor_coalesced input", false),
-                                  stage.view(flat, "allgather_into_tensor_coalesced output", true)),
-                 outputs, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+  const auto arg0 = stage.view(in, "allgather_into_tensor_coalesced input", false);
+  const auto arg1 = stage.view(flat, "allgather_into_tensor_coalesced output", true);
+  return ran(
+      stage, c10d::OpType::ALLGATHER_COALESCED,
+      [this, arg0, arg1] { comm().allgather(arg0, arg1); }, outputs, {in, flat},
+      [flat, parts] { unflatten(flat, parts); });
 }
 
 // Block q of every input, for every q, packed: one reduce-scatter gives this rank's block of each.
@@ -356,12 +396,13 @@ work_ptr process_group::reduce_scatter_flat_coalesced(std::vector<at::Tensor>& o
   at::Tensor packed = flatten(blocks_by_rank(inputs, size_));
   at::Tensor out = at::empty({packed.numel() / size_}, packed.options());
   std::vector<at::Tensor> parts = outputs;
-  return started(
+  const auto arg0 = stage.view(packed, "reduce_scatter_tensor_coalesced input", false);
+  const auto arg1 = stage.view(out, "reduce_scatter_tensor_coalesced output", true);
+  const auto arg2 = op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced");
+  return ran(
       stage, c10d::OpType::REDUCE_SCATTER,
-      comm().ireduce_scatter(stage.view(packed, "reduce_scatter_tensor_coalesced input", false),
-                            stage.view(out, "reduce_scatter_tensor_coalesced output", true),
-                            op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced")),
-      outputs, {packed, out}, [out, parts] { unflatten(out, parts); });
+      [this, arg0, arg1, arg2] { comm().reduce_scatter(arg0, arg1, arg2); }, outputs, {packed, out},
+      [out, parts] { unflatten(out, parts); });
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -373,18 +414,22 @@ c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at:
   if (rank_ != root) {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "distcomm: gather takes output tensors on the root rank only");
-    return started(stage, c10d::OpType::GATHER,
-                   comm().igather(stage.view(in, "gather input", false), tensor_view{}, root), {},
-                   {in});
+    const auto arg0 = stage.view(in, "gather input", false);
+    const auto arg1 = tensor_view{};
+    const auto arg2 = root;
+    return ran(stage, c10d::OpType::GATHER,
+               [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); }, {}, {in});
   }
   TORCH_CHECK(outputs.size() == 1, "distcomm: gather takes one output list on the root");
   check_list(outputs[0], static_cast<std::size_t>(size_), in, "gather output list");
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
-  return started(stage, c10d::OpType::GATHER,
-                 comm().igather(stage.view(in, "gather input", false),
-                               stage.view(flat, "gather output", true), root),
-                 parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
+  const auto arg0 = stage.view(in, "gather input", false);
+  const auto arg1 = stage.view(flat, "gather output", true);
+  const auto arg2 = root;
+  return ran(
+      stage, c10d::OpType::GATHER, [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); },
+      parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
 // Every rank's input into the root's one tensor, in rank order (torch 2.14's gather_single).
@@ -393,17 +438,19 @@ work_ptr process_group::gather_flat(at::Tensor& output, at::Tensor& input,
   host_staging stage;
   const int root = static_cast<int>(opts.rootRank);
   if (rank_ != root) {
-    return started(stage, c10d::OpType::GATHER,
-                   comm().igather(stage.view(input, "gather_single input", false), tensor_view{},
-                                 root),
-                   {}, {input});
+    const auto arg0 = stage.view(input, "gather_single input", false);
+    const auto arg1 = tensor_view{};
+    const auto arg2 = root;
+    return ran(stage, c10d::OpType::GATHER,
+               [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); }, {}, {input});
   }
   TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: gather_single output has ",
               output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
-  return started(stage, c10d::OpType::GATHER,
-                 comm().igather(stage.view(input, "gather_single input", false),
-                               stage.view(output, "gather_single output", true), root),
-                 {output}, {input});
+  const auto arg0 = stage.view(input, "gather_single input", false);
+  const auto arg1 = stage.view(output, "gather_single output", true);
+  const auto arg2 = root;
+  return ran(stage, c10d::OpType::GATHER,
+             [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); }, {output}, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& outputs,
@@ -422,9 +469,10 @@ c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& o
                 "distcomm: scatter takes input tensors on the root rank only");
   }
   const tensor_view in = flat.defined() ? stage.view(flat, "scatter input", false) : tensor_view{};
-  return started(stage, c10d::OpType::SCATTER,
-                 comm().iscatter(in, stage.view(out, "scatter output", true), root), outputs,
-                 {flat});
+  const auto arg1 = stage.view(out, "scatter output", true);
+  const auto arg2 = root;
+  return ran(stage, c10d::OpType::SCATTER,
+             [this, in, arg1, arg2] { comm().scatter(in, arg1, arg2); }, outputs, {flat});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(
@@ -435,11 +483,12 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1, "distcomm: reduce_scatter takes one input list per process");
   check_list(inputs[0], static_cast<std::size_t>(size_), out, "reduce_scatter input list");
   at::Tensor flat = flatten(inputs[0]);
-  return started(stage, c10d::OpType::REDUCE_SCATTER,
-                 comm().ireduce_scatter(stage.view(flat, "reduce_scatter input", false),
-                                       stage.view(out, "reduce_scatter output", true),
-                                       op_of(opts.reduceOp, "reduce_scatter")),
-                 outputs, {flat});
+  const auto arg0 = stage.view(flat, "reduce_scatter input", false);
+  const auto arg1 = stage.view(out, "reduce_scatter output", true);
+  const auto arg2 = op_of(opts.reduceOp, "reduce_scatter");
+  return ran(stage, c10d::OpType::REDUCE_SCATTER,
+             [this, arg0, arg1, arg2] { comm().reduce_scatter(arg0, arg1, arg2); }, outputs,
+             {flat});
 }
 
 work_ptr process_group::reduce_scatter_flat(at::Tensor& output, at::Tensor& input,
@@ -448,11 +497,12 @@ work_ptr process_group::reduce_scatter_flat(at::Tensor& output, at::Tensor& inpu
   TORCH_CHECK(input.numel() == output.numel() * size_, "distcomm: _reduce_scatter_base input has ",
               input.numel(),
               " elements; it needs world size × output's = ", output.numel() * size_);
-  return started(stage, c10d::OpType::_REDUCE_SCATTER_BASE,
-                 comm().ireduce_scatter(stage.view(input, "_reduce_scatter_base input", false),
-                                       stage.view(output, "_reduce_scatter_base output", true),
-                                       op_of(opts.reduceOp, "_reduce_scatter_base")),
-                 {output}, {input});
+  const auto arg0 = stage.view(input, "_reduce_scatter_base input", false);
+  const auto arg1 = stage.view(output, "_reduce_scatter_base output", true);
+  const auto arg2 = op_of(opts.reduceOp, "_reduce_scatter_base");
+  return ran(stage, c10d::OpType::_REDUCE_SCATTER_BASE,
+             [this, arg0, arg1, arg2] { comm().reduce_scatter(arg0, arg1, arg2); }, {output},
+             {input});
 }
 
 work_ptr process_group::alltoall_flat(at::Tensor& output, at::Tensor& input,
@@ -463,7 +513,8 @@ work_ptr process_group::alltoall_flat(at::Tensor& output, at::Tensor& input,
   const tensor_view in = stage.view(input, "alltoall_base input", false);
   const tensor_view out = stage.view(output, "alltoall_base output", true);
   if (output_split_sizes.empty() && input_split_sizes.empty()) {
-    return started(stage, c10d::OpType::ALLTOALL_BASE, comm().ialltoall(in, out), {output}, {input});
+    return ran(stage, c10d::OpType::ALLTOALL_BASE, [this, in, out] { comm().alltoall(in, out); },
+               {output}, {input});
   }
   // Split sizes count rows (the first dimension); DistComm counts elements.
   const auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t,
@@ -494,10 +545,12 @@ work_ptr process_group::alltoall_flat(at::Tensor& output, at::Tensor& input,
   // The communicator copies the counts: they need not outlive the call.
   const std::vector<std::size_t> send = counts(input_split_sizes, input, "input");
   const std::vector<std::size_t> recv = counts(output_split_sizes, output, "output");
-  return started(
-      stage, c10d::OpType::ALLTOALL_BASE,
-      comm().ialltoallv(in, span<const std::size_t>(send), out, span<const std::size_t>(recv)),
-      {output}, {input});
+  return ran(stage, c10d::OpType::ALLTOALL_BASE,
+             [this, in, send, out, recv] {
+               comm().alltoallv(in, span<const std::size_t>(send), out,
+                                span<const std::size_t>(recv));
+             },
+             {output}, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& outputs,
@@ -520,10 +573,13 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& 
   for (const at::Tensor& o : outputs) total += o.numel();
   at::Tensor flat = at::empty({total}, inputs[0].options());  // overwritten: no copy of outputs
   std::vector<at::Tensor> parts = outputs;
-  return started(
+  const auto arg0 = stage.view(in, "alltoall input", false);
+  const auto arg2 = stage.view(flat, "alltoall output", true);
+  return ran(
       stage, c10d::OpType::ALLTOALL,
-      comm().ialltoallv(stage.view(in, "alltoall input", false), span<const std::size_t>(send),
-                       stage.view(flat, "alltoall output", true), span<const std::size_t>(recv)),
+      [this, arg0, send, arg2, recv] {
+        comm().alltoallv(arg0, span<const std::size_t>(send), arg2, span<const std::size_t>(recv));
+      },
       parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
@@ -531,16 +587,20 @@ c10::intrusive_ptr<c10d::Work> process_group::send(std::vector<at::Tensor>& tens
                                                    int tag) {
   host_staging stage;
   const at::Tensor& t = single(tensors, "send");
-  return started(stage, c10d::OpType::SEND,
-                 comm().isend(stage.view(t, "send tensor", false), dst, tag), tensors);
+  const auto arg0 = stage.view(t, "send tensor", false);
+  return posted(
+      stage, c10d::OpType::SEND, [this, arg0, dst, tag] { return comm().isend(arg0, dst, tag); },
+      tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tensors, int src,
                                                    int tag) {
   host_staging stage;
   const at::Tensor& t = single(tensors, "recv");
-  return started(stage, c10d::OpType::RECV,
-                 comm().irecv(stage.view(t, "recv tensor", true), src, tag), tensors);
+  const auto arg0 = stage.view(t, "recv tensor", true);
+  return posted(
+      stage, c10d::OpType::RECV, [this, arg0, src, tag] { return comm().irecv(arg0, src, tag); },
+      tensors);
 }
 
 // The sender's rank lives as long as the receive may write it (the copy-out holds it) and as the
@@ -550,15 +610,18 @@ c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tens
   host_staging stage;
   const at::Tensor& t = single(tensors, "recv");
   auto source = std::make_shared<int>(-1);
-  auto w = started(stage, c10d::OpType::RECVANYSOURCE,
-                   comm().irecv_any(stage.view(t, "recv tensor", true), source.get(), tag), tensors,
-                   {}, [source] {});
+  const auto arg0 = stage.view(t, "recv tensor", true);
+  const auto arg1 = source.get();
+  auto w = posted(
+      stage, c10d::OpType::RECVANYSOURCE,
+      [this, arg0, arg1, tag] { return comm().irecv_any(arg0, arg1, tag); }, tensors, {},
+      [source] {});
   static_cast<collective_work&>(*w).receives_from_any(std::move(source));
   return w;
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions&) {
-  return started(c10d::OpType::BARRIER, comm().ibarrier(), {});
+  return ran(c10d::OpType::BARRIER, [this] { comm().barrier(); }, {});
 }
 
 }  // namespace distcomm::torch_binding

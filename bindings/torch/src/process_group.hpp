@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "call_order.hpp"
 #include "distcomm/any_communicator.hpp"
 #include "distcomm/config.hpp"
 #include "distcomm/rendezvous/store.hpp"
@@ -100,8 +101,8 @@ class process_group final : public torch_backend {
                           const c10d::AllgatherOptions& opts) override;
   work_ptr reduce_scatter_flat(at::Tensor& output, at::Tensor& input,
                                const c10d::ReduceScatterOptions& opts) override;
-  work_ptr alltoall_flat(at::Tensor& output, at::Tensor& input,
-                         std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+  work_ptr alltoall_flat(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                         std::vector<int64_t>& input_splits,
                          const c10d::AllToAllOptions& opts) override;
   work_ptr gather_flat(at::Tensor& output, at::Tensor& input,
                        const c10d::GatherOptions& opts) override;
@@ -117,16 +118,22 @@ class process_group final : public torch_backend {
   // allreduce() of a sparse COO tensor (sparse.cpp).
   c10::intrusive_ptr<c10d::Work> sparse_allreduce(const at::Tensor& t,
                                                   const c10d::AllreduceOptions& opts);
-  c10::intrusive_ptr<c10d::Work> started(c10d::OpType type, distcomm::work w,
-                                         std::vector<at::Tensor> outputs,
-                                         std::vector<at::Tensor> inputs = {},
-                                         std::function<void()> finish = {});
-  // The same for a collective on `stage`'s views: its host copies live until it completed, and
-  // its results go back into the CUDA tensors before the work completes.
-  c10::intrusive_ptr<c10d::Work> started(const host_staging& stage, c10d::OpType type,
-                                         distcomm::work w, std::vector<at::Tensor> outputs,
-                                         std::vector<at::Tensor> inputs = {},
-                                         std::function<void()> finish = {});
+  // The work of `call` (a DistComm collective, blocking), which the group's call_order runs:
+  // `outputs` what it holds, `inputs` kept until it ended, `finish` the copy-out.
+  work_ptr ran(c10d::OpType type, std::function<void()> call, std::vector<at::Tensor> outputs,
+               std::vector<at::Tensor> inputs = {}, std::function<void()> finish = {});
+  // The same for a collective on `stage`'s views: its host copies live until it ended, and its
+  // results go back into the CUDA tensors before the work completes.
+  work_ptr ran(const host_staging& stage, c10d::OpType type, std::function<void()> call,
+               std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs = {},
+               std::function<void()> finish = {});
+  // The work of a message `post` posts (DistComm's non-blocking send or receive), posted in the
+  // group's order; it completes in the background, when DistComm's does.
+  work_ptr posted(const host_staging& stage, c10d::OpType type,
+                  std::function<distcomm::work()> post, std::vector<at::Tensor> outputs,
+                  std::vector<at::Tensor> inputs = {}, std::function<void()> finish = {});
+  // `done`'s work, its `task` queued in the group's order; refused once the group is closed.
+  work_ptr queued(const std::shared_ptr<completion>& done, std::function<void()> task);
 
   // The communicator, or the refusal of a group that was shut down or aborted.
   any_communicator& comm();
@@ -139,7 +146,9 @@ class process_group final : public torch_backend {
   std::shared_ptr<store>
       kv_;  // the group's store, for as long as the group (ucx's teardown meets there)
   any_communicator comm_;
-  const char* closed_by_ = nullptr;  // "shutdown()" or "abort()" once closed
+  call_order order_;                 // after comm_: closed, what it queued run, before comm_ closes
+  const char* closed_by_ = nullptr;  // "shutdown()" or "abort()" once called
+  bool closed_ = false;              // comm_ is gone
   // How the group's first failed collective ended (work.hpp), as its works set it.
   std::shared_ptr<group_status> status_ = std::make_shared<group_status>();
 #if TORCH_VERSION_MAJOR >= 2

@@ -47,8 +47,7 @@ using work_ptr = c10::intrusive_ptr<c10d::Work>;
 #if TORCH_VERSION_MAJOR >= 2
 inline constexpr std::chrono::milliseconds torch_default_timeout = ::kBackendDefaultTimeout;
 #else
-inline constexpr std::chrono::milliseconds torch_default_timeout =
-    ::kProcessGroupDefaultTimeout;
+inline constexpr std::chrono::milliseconds torch_default_timeout = ::kProcessGroupDefaultTimeout;
 #endif
 
 // The base of the binding's backend, with what every torch version asks of it.
@@ -118,8 +117,8 @@ class torch_backend : public torch_backend_base {
                                 const c10d::ReduceScatterOptions& opts) final {
     return reduce_scatter_flat(output, input, opts);
   }
-  work_ptr alltoall_base(at::Tensor& output, at::Tensor& input,
-                         std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+  work_ptr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                         std::vector<int64_t>& input_splits,
                          const c10d::AllToAllOptions& opts) final {
     return alltoall_flat(output, input, output_splits, input_splits, opts);
   }

@@ -44,69 +44,91 @@ int status_of(std::exception_ptr e) {
 
 }  // namespace
 
-collective_work::collective_work(int rank, c10d::OpType type, distcomm::work w,
-                                 std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
-                                 std::function<void()> finish,
-                                 std::shared_ptr<group_status> status)
-    : c10d::Work(rank, type),
-      work_(std::move(w)),
+completion::completion(c10d::OpType type, std::vector<at::Tensor> outputs,
+                       std::vector<at::Tensor> inputs, std::function<void()> finish,
+                       std::shared_ptr<group_status> status)
+    : type_(type),
       outputs_(std::move(outputs)),
+      inputs_(std::move(inputs)),
+      finish_(std::move(finish)),
+      status_(std::move(status)),
       future_(
           c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-  // On the thread that completes the collective (DistComm's progress), or here when it already
-  // has. The future holds what the callback needs, not this Work, which the caller may drop.
-  work_.then([future = future_, outputs = outputs_, inputs = std::move(inputs),
-              finish = std::move(finish), type,
-              status = std::move(status)](std::exception_ptr error) {
-    if (!error && finish) {
-      try {
-        finish();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    if (error) {
-      int none = 0;
-      if (status) status->compare_exchange_strong(none, status_of(error));
-      future->setError(in_torch_words(error, type));
-    } else {
-      future->markCompleted(c10::IValue(outputs));
-    }
-  });
 }
 
-bool collective_work::isCompleted() { return future_->completed(); }
+void completion::end(std::exception_ptr error) noexcept {
+  if (!error && finish_) {
+    try {
+      finish_();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  finish_ = nullptr;
+  inputs_.clear();  // what the call read may go now
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = true;
+  }
+  cv_.notify_all();
+  // Last: the future's callbacks run here, and may start calls, wait on them, or drop the group.
+  if (error) {
+    int none = 0;
+    if (status_) status_->compare_exchange_strong(none, status_of(error));
+    future_->setError(in_torch_words(error, type_));
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
 
-bool collective_work::isSuccess() const { return future_->completed() && !future_->hasError(); }
+bool completion::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == ::kNoTimeout) {
+    cv_.wait(lock, [&] { return ended_; });
+    return true;
+  }
+  return cv_.wait_for(lock, timeout, [&] { return ended_; });
+}
+
+collective_work::collective_work(int rank, std::shared_ptr<completion> done,
+                                 const call_order& order)
+    : c10d::Work(rank, done->type()), done_(std::move(done)), order_(order) {}
+
+bool collective_work::isCompleted() { return done_->future()->completed(); }
+
+bool collective_work::isSuccess() const {
+  return done_->future()->completed() && !done_->future()->hasError();
+}
 
 std::exception_ptr collective_work::exception() const {
-  return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+  const auto& f = done_->future();
+  return f->completed() && f->hasError() ? f->exception_ptr() : nullptr;
 }
 
-std::vector<at::Tensor> collective_work::result() { return outputs_; }
+std::vector<at::Tensor> collective_work::result() { return done_->outputs(); }
 
 bool collective_work::wait(std::chrono::milliseconds timeout) {
-  if (timeout != kNoTimeout && !work_.test()) {
-    bool ended = false;
-    try {
-      ended = work_.wait_for(timeout);
-    } catch (...) {
-      ended = true;  // the future carries the same error, below
-    }
-    TORCH_CHECK(ended, "distcomm: ", c10d::opTypeToString(opType_), " did not complete within ",
-                timeout.count(),
-                " ms (the wait's timeout); it goes on and ends within the group's timeout");
-  }
-  future_->wait();  // the copy-out, if any, finishing on the progress thread
-  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  TORCH_CHECK(done_->begun() || !order_.on_own_thread(),
+              "distcomm: a callback of a collective's "
+              "future waits on ",
+              c10d::opTypeToString(opType_),
+              ", called after that "
+              "collective; it runs after the callback returns (calls run in the order they were "
+              "made, what a callback starts first), so it would wait forever. Chain on its future "
+              "(then) instead of waiting");
+  TORCH_CHECK(done_->wait_for(timeout), "distcomm: ", c10d::opTypeToString(opType_),
+              " did not complete within ", timeout.count(),
+              " ms (the wait's timeout); it goes on and ends within the group's timeout");
+  done_->future()->wait();  // completed just after the copy-out
+  if (done_->future()->hasError()) std::rethrow_exception(done_->future()->exception_ptr());
   return true;
 }
 
 int collective_work::sourceRank() const {
   TORCH_CHECK(source_ != nullptr, "distcomm: sourceRank() is only for a receive from any rank (",
               c10d::opTypeToString(opType_), " names its peers)");
-  future_->wait();
-  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  done_->future()->wait();
+  if (done_->future()->hasError()) std::rethrow_exception(done_->future()->exception_ptr());
   return *source_;
 }
 

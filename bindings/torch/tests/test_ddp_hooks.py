@@ -59,6 +59,18 @@ def hooks():
             return bucket.buffer().copy_(fut.value()[0].to(torch.bfloat16))
         return fut.then(decompress)
 
+    # PowerSGD's callbacks start collectives while the backward pass calls the next bucket's
+    # hook, each rank in its own order; gloo takes calls in the order they come (a tag each), so
+    # there the ranks mismatch (seen hanging on torch 2.15). "distcomm" orders them as on a
+    # stream (call_order.hpp): a callback's calls right after the call it follows. The same
+    # order over gloo: each bucket's hook waited for before the next bucket's.
+    def serialized(hook):
+        def run(state, bucket):
+            fut = hook(state, bucket)
+            fut.wait()
+            return fut
+        return run
+
     def power_state(pg):
         return powersgd.PowerSGDState(process_group=pg, matrix_approximation_rank=1,
                                       start_powerSGD_iter=2, random_seed=7)
@@ -70,9 +82,10 @@ def hooks():
         "allreduce_hook": (default.allreduce_hook, default.allreduce_hook, plain),
         "fp16_compress_hook": (default.fp16_compress_hook, default.fp16_compress_hook, plain),
         "bf16_compress_hook": (bf16_compress, bf16_reference, plain),
-        "powerSGD_hook": (powersgd.powerSGD_hook, powersgd.powerSGD_hook, power_state),
+        "powerSGD_hook": (powersgd.powerSGD_hook, serialized(powersgd.powerSGD_hook),
+                          power_state),
         "batched_powerSGD_hook": (powersgd.batched_powerSGD_hook,
-                                  powersgd.batched_powerSGD_hook, power_state),
+                                  serialized(powersgd.batched_powerSGD_hook), power_state),
     }
 
 

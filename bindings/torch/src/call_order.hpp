@@ -1,0 +1,60 @@
+// call_order: the order in which a group's calls reach DistComm, the same on every rank whatever
+// the timing. DistComm runs a communicator's collectives in the order they are called, and every
+// rank must call them in the same order; PyTorch's callers do not always: a DDP communication hook
+// (PowerSGD's) starts collectives from the callbacks of an earlier collective's future, while the
+// backward pass goes on calling the next bucket's hook on another thread, so which of the two
+// comes first depends on when the earlier one completed — on each rank its own way. (gloo matches
+// them by a tag taken at the call, so there the same race mismatches data.)
+//
+// The order kept here is NCCL's on a stream: a call runs after every call made before it, and
+// whatever a completed call's callbacks start runs right after it, before the calls made
+// meanwhile elsewhere. Calls run one at a time on the group's own thread, each to its end (a
+// message is only posted; it completes in the background), its work's future completed there,
+// callbacks and all; a call made on that thread (from such a callback) runs at once, in place.
+// Overlap with the caller's computation is kept: the caller's thread only queues.
+//
+// A callback may wait on what it starts, but not on a call made after the one it follows (that
+// waits behind the callback itself): collective_work::wait() refuses it, naming the cause.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace distcomm::torch_binding {
+
+class call_order {
+ public:
+  call_order();
+  call_order(const call_order&) = delete;
+  call_order& operator=(const call_order&) = delete;
+  // As close().
+  ~call_order();
+
+  // Runs `task` on the group's thread after every task posted before it (which ended), or at
+  // once when called on that thread. A task reports its own outcome; it must not throw.
+  void post(std::function<void()> task);
+  // Whether the calling thread is the group's (inside a task, or a callback it runs).
+  bool on_own_thread() const noexcept;
+  // Runs what is queued, then stops the thread. On the group's own thread (the group dropped by
+  // a callback), what is queued runs here, now, and the thread ends when its task returns.
+  void close() noexcept;
+
+ private:
+  struct state {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;
+    bool stopping = false;
+  };
+  static void loop(const std::shared_ptr<state>& s);
+
+  std::shared_ptr<state> state_ = std::make_shared<state>();
+  std::thread thread_;
+  std::once_flag started_;
+};
+
+}  // namespace distcomm::torch_binding
