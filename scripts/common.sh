@@ -33,6 +33,7 @@ DISTCOMM_PACKAGES=(
   python3-dev
   python3-torch
   python3-pybind11
+  python3-venv
 )
 
 DISTCOMM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

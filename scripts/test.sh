@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds DistComm and runs every test: the unit tests under AddressSanitizer and
-# UndefinedBehaviorSanitizer (in build-asan/), the others in build/. What CI runs (.ci/run).
+# UndefinedBehaviorSanitizer (in build-asan/), the others in build/ (the torch binding there
+# against Debian's torch 1.13), and the torch binding's against the newest torch from PyPI in
+# build-torch-<version>/. What CI runs (.ci/run).
 # Exits non-zero on any failure.
 #
 # usage: scripts/test.sh [--no-sanitize] [-j N]
@@ -33,6 +35,15 @@ phase "configure build/" configure_tree build -DDISTCOMM_WERROR=ON \
   -DDISTCOMM_BUILD_UNIT_TESTS=$unit_in_main
 phase "build build/" build_tree build
 phase "ctest build/ (all tests)" ctest --test-dir build --output-on-failure -j "$DISTCOMM_JOBS"
+
+# The torch binding against the newest torch pinned in scripts/pypi.txt (build/ has Debian's
+# 1.13): its environment from PyPI (scripts/torch.sh; kept outside the clone), the binding alone
+# built against it, its tests. scripts/torch-matrix.sh does the same for every supported torch.
+newest_torch="$(scripts/torch.sh --list | tail -n 1)"
+torch_dir="$(torch_tree_dir "$newest_torch")"
+phase "torch $newest_torch ($torch_dir/)" build_torch_tree "$newest_torch"
+phase "ctest $torch_dir/ -L torch" ctest --test-dir "$torch_dir" -L torch --output-on-failure \
+  -j "$DISTCOMM_JOBS"
 
 if ((sanitize)); then
   export ASAN_OPTIONS="${ASAN_OPTIONS:-strict_string_checks=1:detect_stack_use_after_return=1}"
