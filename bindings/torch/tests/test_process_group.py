@@ -364,7 +364,7 @@ def run_rank(rank, world, check):
 
     # The group's sequence number (what TORCH_DISTRIBUTED_DEBUG=DETAIL compares across ranks):
     # the collectives started, the same on every rank
-    seq = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    seq = distcomm_torch.backend_of()._get_sequence_number_for_group()
     seqs = [None] * p
     dist.all_gather_object(seqs, seq)
     check(seq > 0 and all(s == seq for s in seqs), f"sequence numbers {seqs}")
