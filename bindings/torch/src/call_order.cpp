@@ -15,7 +15,9 @@ call_order::call_order() = default;
 
 call_order::~call_order() { close(); }
 
-bool call_order::on_own_thread() const noexcept { return own_order == state_.get(); }
+bool call_order::on_thread_of(const std::shared_ptr<const void>& token) noexcept {
+  return own_order == token.get();
+}
 
 void call_order::post(std::function<void()> task) {
   if (on_own_thread()) {

@@ -38,7 +38,11 @@ class call_order {
   // once when called on that thread. A task reports its own outcome; it must not throw.
   void post(std::function<void()> task);
   // Whether the calling thread is the group's (inside a task, or a callback it runs).
-  bool on_own_thread() const noexcept;
+  bool on_own_thread() const noexcept { return on_thread_of(token()); }
+  // What names this order for as long as something keeps it, the order gone or not (a work may
+  // outlive its group), and whether the calling thread is that order's.
+  std::shared_ptr<const void> token() const noexcept { return state_; }
+  static bool on_thread_of(const std::shared_ptr<const void>& token) noexcept;
   // Runs what is queued, then stops the thread. On the group's own thread (the group dropped by
   // a callback), what is queued runs here, now, and the thread ends when its task returns.
   void close() noexcept;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <utility>
 
 #include "c10d_store.hpp"
@@ -71,6 +70,17 @@ any_communicator connect(const std::shared_ptr<store>& kv, int rank, int size, c
   }
 }
 
+// f(), the GIL let go meanwhile when this thread holds it: what f waits for (the other ranks, the
+// group's thread running a callback, a tensor freed there) may need it.
+template <class F>
+decltype(auto) without_gil(F&& f) {
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    const pybind11::gil_scoped_release release;
+    return f();
+  }
+  return f();
+}
+
 std::vector<at::Tensor> flat_list(const std::vector<std::vector<at::Tensor>>& lists) {
   std::vector<at::Tensor> all;
   for (const auto& l : lists) all.insert(all.end(), l.begin(), l.end());
@@ -124,22 +134,20 @@ process_group::process_group(const process_group& parent, any_communicator comm)
 process_group::~process_group() { close(); }
 
 void process_group::close() noexcept {
-  const auto closing = [this] {
+  without_gil([this] {
     order_.close();                                 // what was called runs first
     const any_communicator gone(std::move(comm_));  // its progress thread joined here
     closed_ = true;
-  };
-  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
-    const pybind11::gil_scoped_release release;
-    closing();
-  } else {
-    closing();
-  }
+  });
+}
+
+void process_group::refuse_if(bool closed) const {
+  TORCH_CHECK(!closed, "distcomm: the group was closed by ", closed_by_ ? closed_by_ : "its end",
+              "; make a new group (init_process_group, new_group) to go on");
 }
 
 any_communicator& process_group::comm() {
-  TORCH_CHECK(!closed_, "distcomm: the group was closed by ", closed_by_ ? closed_by_ : "its end",
-              "; make a new group (init_process_group, new_group) to go on");
+  refuse_if(closed_);
   return comm_;
 }
 
@@ -155,15 +163,10 @@ c10::intrusive_ptr<c10d::Backend> process_group::split(const c10::intrusive_ptr<
   const auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) return nullptr;
   const auto timeout = opts ? opts->timeout : torch_default_timeout;
-  const auto make = [&] {
+  return without_gil([&] {  // connecting waits for the others
     return c10::make_intrusive<process_group>(store, static_cast<int>(me - ranks.begin()),
                                               static_cast<int>(ranks.size()), timeout);
-  };
-  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {  // connecting waits for the others
-    const pybind11::gil_scoped_release release;
-    return make();
-  }
-  return make();
+  });
 }
 
 bool process_group::supportsShrinking() const {
@@ -172,30 +175,20 @@ bool process_group::supportsShrinking() const {
 
 c10::intrusive_ptr<c10d::Backend> process_group::shrink(
     const std::vector<int64_t>& ranks_to_exclude, int, const c10::intrusive_ptr<Options>&) {
-  std::vector<int> kept;
-  for (int r = 0; r < size_; ++r) {
-    if (std::find(ranks_to_exclude.begin(), ranks_to_exclude.end(), r) == ranks_to_exclude.end())
-      kept.push_back(r);
-  }
-  const auto shrunk = [&] {
+  // torch checked the list: ranks of this group, none twice, not this rank
+  const auto kept = static_cast<std::size_t>(size_) - ranks_to_exclude.size();
+  any_communicator survivors = without_gil([&] {
     try {
       return comm().shrink();
     } catch (const error& e) {
       TORCH_CHECK(false, "distcomm: shrink of rank ", rank_, " of ", size_, ": ", e.what());
     }
-  };
-  std::optional<any_communicator> survivors;
-  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
-    const pybind11::gil_scoped_release release;
-    survivors.emplace(shrunk());
-  } else {
-    survivors.emplace(shrunk());
-  }
-  TORCH_CHECK(survivors->size() == static_cast<int>(kept.size()), "distcomm: shrink keeps ",
-              kept.size(), " of ", size_, " ranks, but ", survivors->size(),
+  });
+  TORCH_CHECK(static_cast<std::size_t>(survivors.size()) == kept, "distcomm: shrink keeps ", kept,
+              " of ", size_, " ranks, but ", survivors.size(),
               " are alive and took part (a rank not excluded is gone, or an excluded one called "
               "shrink_group)");
-  return c10::make_intrusive<process_group>(*this, std::move(*survivors));
+  return c10::make_intrusive<process_group>(*this, std::move(survivors));
 }
 
 void process_group::shutdown() {
@@ -255,8 +248,7 @@ work_ptr process_group::posted(const host_staging& stage, c10d::OpType type,
 
 work_ptr process_group::queued(const std::shared_ptr<completion>& done,
                                std::function<void()> task) {
-  TORCH_CHECK(closed_by_ == nullptr, "distcomm: the group was closed by ", closed_by_,
-              "; make a new group (init_process_group, new_group) to go on");
+  refuse_if(closed_by_ != nullptr);
   // Messages are not collectives: the ranks of a group make different numbers of them.
   if (!c10d::isP2POp(done->type())) count_collective();
   auto w = c10::make_intrusive<collective_work>(rank_, done, order_);
@@ -269,11 +261,10 @@ c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>&
   host_staging stage;
   const at::Tensor& t = single(tensors, "broadcast");
   TORCH_CHECK(opts.rootTensor == 0, "distcomm: broadcast rootTensor must be 0");
-  const auto arg0 = stage.view(t, "broadcast tensor", true);
-  const auto arg1 = static_cast<int>(opts.rootRank);
+  const tensor_view v = stage.view(t, "broadcast tensor", true);
+  const int root = static_cast<int>(opts.rootRank);
   return ran(
-      stage, c10d::OpType::BROADCAST, [this, arg0, arg1] { comm().broadcast(arg0, arg1); },
-      tensors);
+      stage, c10d::OpType::BROADCAST, [this, v, root] { comm().broadcast(v, root); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>& tensors,
@@ -281,11 +272,10 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce(std::vector<at::Tensor>&
   host_staging stage;
   const at::Tensor& t = single(tensors, "allreduce");
   if (t.is_sparse()) return sparse_allreduce(t, opts);
-  const auto arg0 = stage.view(t, "allreduce tensor", true);
-  const auto arg1 = op_of(opts.reduceOp, "allreduce");
+  const tensor_view v = stage.view(t, "allreduce tensor", true);
+  const reduce_op op = op_of(opts.reduceOp, "allreduce");
   return ran(
-      stage, c10d::OpType::ALLREDUCE, [this, arg0, arg1] { comm().allreduce(arg0, arg1); },
-      tensors);
+      stage, c10d::OpType::ALLREDUCE, [this, v, op] { comm().allreduce(v, op); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(
@@ -296,10 +286,10 @@ c10::intrusive_ptr<c10d::Work> process_group::allreduce_coalesced(
   for (const at::Tensor& t : tensors)
     views.push_back(stage.view(t, "allreduce_coalesced tensor", true));
   // DistComm's grouped allreduce: one fused collective, each tensor reduced on its own.
-  const auto arg1 = op_of(opts.reduceOp, "allreduce_coalesced");
+  const reduce_op op = op_of(opts.reduceOp, "allreduce_coalesced");
   return ran(
       stage, c10d::OpType::ALLREDUCE_COALESCED,
-      [this, views, arg1] { comm().allreduce(span<const tensor_view>(views), arg1); }, tensors);
+      [this, views, op] { comm().allreduce(span<const tensor_view>(views), op); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& tensors,
@@ -310,12 +300,11 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce(std::vector<at::Tensor>& te
   const tensor_view v = stage.view(t, "reduce tensor", true);
   const int root = static_cast<int>(opts.rootRank);
   // In place on the root, as PyTorch's; the other ranks' tensors are left as they were.
-  const auto arg1 = rank_ == root ? v : tensor_view{};
-  const auto arg2 = op_of(opts.reduceOp, "reduce");
-  const auto arg3 = root;
+  const tensor_view result = rank_ == root ? v : tensor_view{};
+  const reduce_op op = op_of(opts.reduceOp, "reduce");
   return ran(
       stage, c10d::OpType::REDUCE,
-      [this, v, arg1, arg2, arg3] { comm().reduce(v, arg1, arg2, arg3); }, tensors);
+      [this, v, result, op, root] { comm().reduce(v, result, op, root); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allgather(
@@ -327,10 +316,10 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(
   check_list(outputs[0], static_cast<std::size_t>(size_), in, "allgather output list");
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
-  const auto arg0 = stage.view(in, "allgather input", false);
-  const auto arg1 = stage.view(flat, "allgather output", true);
+  const tensor_view in_v = stage.view(in, "allgather input", false);
+  const tensor_view out_v = stage.view(flat, "allgather output", true);
   return ran(
-      stage, c10d::OpType::ALLGATHER, [this, arg0, arg1] { comm().allgather(arg0, arg1); }, parts,
+      stage, c10d::OpType::ALLGATHER, [this, in_v, out_v] { comm().allgather(in_v, out_v); }, parts,
       {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
@@ -339,10 +328,10 @@ work_ptr process_group::allgather_flat(at::Tensor& output, at::Tensor& input,
   host_staging stage;
   TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: _allgather_base output has ",
               output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
-  const auto arg0 = stage.view(input, "_allgather_base input", false);
-  const auto arg1 = stage.view(output, "_allgather_base output", true);
+  const tensor_view in_v = stage.view(input, "_allgather_base input", false);
+  const tensor_view out_v = stage.view(output, "_allgather_base output", true);
   return ran(stage, c10d::OpType::_ALLGATHER_BASE,
-             [this, arg0, arg1] { comm().allgather(arg0, arg1); }, {output}, {input});
+             [this, in_v, out_v] { comm().allgather(in_v, out_v); }, {output}, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
@@ -362,11 +351,11 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(
   at::Tensor in = inputs.empty() ? at::empty({0}, at::kFloat) : flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = flat_list(outputs);
-  const auto arg0 = stage.view(in, "allgather_coalesced input", false);
-  const auto arg1 = stage.view(flat, "allgather_coalesced output", true);
+  const tensor_view in_v = stage.view(in, "allgather_coalesced input", false);
+  const tensor_view out_v = stage.view(flat, "allgather_coalesced output", true);
   return ran(
       stage, c10d::OpType::ALLGATHER_COALESCED,
-      [this, arg0, arg1] { comm().allgather(arg0, arg1); }, parts, {in, flat},
+      [this, in_v, out_v] { comm().allgather(in_v, out_v); }, parts, {in, flat},
       [flat, parts] { unflatten(flat, parts); });
 }
 
@@ -379,11 +368,11 @@ work_ptr process_group::allgather_flat_coalesced(std::vector<at::Tensor>& output
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = blocks_by_rank(outputs, size_);  // views of the outputs
-  const auto arg0 = stage.view(in, "allgather_into_tensor_coalesced input", false);
-  const auto arg1 = stage.view(flat, "allgather_into_tensor_coalesced output", true);
+  const tensor_view in_v = stage.view(in, "allgather_into_tensor_coalesced input", false);
+  const tensor_view out_v = stage.view(flat, "allgather_into_tensor_coalesced output", true);
   return ran(
       stage, c10d::OpType::ALLGATHER_COALESCED,
-      [this, arg0, arg1] { comm().allgather(arg0, arg1); }, outputs, {in, flat},
+      [this, in_v, out_v] { comm().allgather(in_v, out_v); }, outputs, {in, flat},
       [flat, parts] { unflatten(flat, parts); });
 }
 
@@ -396,12 +385,12 @@ work_ptr process_group::reduce_scatter_flat_coalesced(std::vector<at::Tensor>& o
   at::Tensor packed = flatten(blocks_by_rank(inputs, size_));
   at::Tensor out = at::empty({packed.numel() / size_}, packed.options());
   std::vector<at::Tensor> parts = outputs;
-  const auto arg0 = stage.view(packed, "reduce_scatter_tensor_coalesced input", false);
-  const auto arg1 = stage.view(out, "reduce_scatter_tensor_coalesced output", true);
-  const auto arg2 = op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced");
+  const tensor_view in_v = stage.view(packed, "reduce_scatter_tensor_coalesced input", false);
+  const tensor_view out_v = stage.view(out, "reduce_scatter_tensor_coalesced output", true);
+  const reduce_op op = op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced");
   return ran(
       stage, c10d::OpType::REDUCE_SCATTER,
-      [this, arg0, arg1, arg2] { comm().reduce_scatter(arg0, arg1, arg2); }, outputs, {packed, out},
+      [this, in_v, out_v, op] { comm().reduce_scatter(in_v, out_v, op); }, outputs, {packed, out},
       [out, parts] { unflatten(out, parts); });
 }
 
@@ -414,21 +403,18 @@ c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at:
   if (rank_ != root) {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "distcomm: gather takes output tensors on the root rank only");
-    const auto arg0 = stage.view(in, "gather input", false);
-    const auto arg1 = tensor_view{};
-    const auto arg2 = root;
+    const tensor_view in_v = stage.view(in, "gather input", false);
     return ran(stage, c10d::OpType::GATHER,
-               [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); }, {}, {in});
+               [this, in_v, root] { comm().gather(in_v, tensor_view{}, root); }, {}, {in});
   }
   TORCH_CHECK(outputs.size() == 1, "distcomm: gather takes one output list on the root");
   check_list(outputs[0], static_cast<std::size_t>(size_), in, "gather output list");
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> parts = outputs[0];
-  const auto arg0 = stage.view(in, "gather input", false);
-  const auto arg1 = stage.view(flat, "gather output", true);
-  const auto arg2 = root;
+  const tensor_view in_v = stage.view(in, "gather input", false);
+  const tensor_view out_v = stage.view(flat, "gather output", true);
   return ran(
-      stage, c10d::OpType::GATHER, [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); },
+      stage, c10d::OpType::GATHER, [this, in_v, out_v, root] { comm().gather(in_v, out_v, root); },
       parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
 
@@ -438,19 +424,16 @@ work_ptr process_group::gather_flat(at::Tensor& output, at::Tensor& input,
   host_staging stage;
   const int root = static_cast<int>(opts.rootRank);
   if (rank_ != root) {
-    const auto arg0 = stage.view(input, "gather_single input", false);
-    const auto arg1 = tensor_view{};
-    const auto arg2 = root;
+    const tensor_view in_v = stage.view(input, "gather_single input", false);
     return ran(stage, c10d::OpType::GATHER,
-               [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); }, {}, {input});
+               [this, in_v, root] { comm().gather(in_v, tensor_view{}, root); }, {}, {input});
   }
   TORCH_CHECK(output.numel() == input.numel() * size_, "distcomm: gather_single output has ",
               output.numel(), " elements; it needs world size × input's = ", input.numel() * size_);
-  const auto arg0 = stage.view(input, "gather_single input", false);
-  const auto arg1 = stage.view(output, "gather_single output", true);
-  const auto arg2 = root;
+  const tensor_view in_v = stage.view(input, "gather_single input", false);
+  const tensor_view out_v = stage.view(output, "gather_single output", true);
   return ran(stage, c10d::OpType::GATHER,
-             [this, arg0, arg1, arg2] { comm().gather(arg0, arg1, arg2); }, {output}, {input});
+             [this, in_v, out_v, root] { comm().gather(in_v, out_v, root); }, {output}, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& outputs,
@@ -469,10 +452,9 @@ c10::intrusive_ptr<c10d::Work> process_group::scatter(std::vector<at::Tensor>& o
                 "distcomm: scatter takes input tensors on the root rank only");
   }
   const tensor_view in = flat.defined() ? stage.view(flat, "scatter input", false) : tensor_view{};
-  const auto arg1 = stage.view(out, "scatter output", true);
-  const auto arg2 = root;
+  const tensor_view out_v = stage.view(out, "scatter output", true);
   return ran(stage, c10d::OpType::SCATTER,
-             [this, in, arg1, arg2] { comm().scatter(in, arg1, arg2); }, outputs, {flat});
+             [this, in, out_v, root] { comm().scatter(in, out_v, root); }, outputs, {flat});
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(
@@ -483,12 +465,11 @@ c10::intrusive_ptr<c10d::Work> process_group::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1, "distcomm: reduce_scatter takes one input list per process");
   check_list(inputs[0], static_cast<std::size_t>(size_), out, "reduce_scatter input list");
   at::Tensor flat = flatten(inputs[0]);
-  const auto arg0 = stage.view(flat, "reduce_scatter input", false);
-  const auto arg1 = stage.view(out, "reduce_scatter output", true);
-  const auto arg2 = op_of(opts.reduceOp, "reduce_scatter");
+  const tensor_view in_v = stage.view(flat, "reduce_scatter input", false);
+  const tensor_view out_v = stage.view(out, "reduce_scatter output", true);
+  const reduce_op op = op_of(opts.reduceOp, "reduce_scatter");
   return ran(stage, c10d::OpType::REDUCE_SCATTER,
-             [this, arg0, arg1, arg2] { comm().reduce_scatter(arg0, arg1, arg2); }, outputs,
-             {flat});
+             [this, in_v, out_v, op] { comm().reduce_scatter(in_v, out_v, op); }, outputs, {flat});
 }
 
 work_ptr process_group::reduce_scatter_flat(at::Tensor& output, at::Tensor& input,
@@ -497,11 +478,11 @@ work_ptr process_group::reduce_scatter_flat(at::Tensor& output, at::Tensor& inpu
   TORCH_CHECK(input.numel() == output.numel() * size_, "distcomm: _reduce_scatter_base input has ",
               input.numel(),
               " elements; it needs world size × output's = ", output.numel() * size_);
-  const auto arg0 = stage.view(input, "_reduce_scatter_base input", false);
-  const auto arg1 = stage.view(output, "_reduce_scatter_base output", true);
-  const auto arg2 = op_of(opts.reduceOp, "_reduce_scatter_base");
+  const tensor_view in_v = stage.view(input, "_reduce_scatter_base input", false);
+  const tensor_view out_v = stage.view(output, "_reduce_scatter_base output", true);
+  const reduce_op op = op_of(opts.reduceOp, "_reduce_scatter_base");
   return ran(stage, c10d::OpType::_REDUCE_SCATTER_BASE,
-             [this, arg0, arg1, arg2] { comm().reduce_scatter(arg0, arg1, arg2); }, {output},
+             [this, in_v, out_v, op] { comm().reduce_scatter(in_v, out_v, op); }, {output},
              {input});
 }
 
@@ -573,12 +554,12 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& 
   for (const at::Tensor& o : outputs) total += o.numel();
   at::Tensor flat = at::empty({total}, inputs[0].options());  // overwritten: no copy of outputs
   std::vector<at::Tensor> parts = outputs;
-  const auto arg0 = stage.view(in, "alltoall input", false);
-  const auto arg2 = stage.view(flat, "alltoall output", true);
+  const tensor_view in_v = stage.view(in, "alltoall input", false);
+  const tensor_view out_v = stage.view(flat, "alltoall output", true);
   return ran(
       stage, c10d::OpType::ALLTOALL,
-      [this, arg0, send, arg2, recv] {
-        comm().alltoallv(arg0, span<const std::size_t>(send), arg2, span<const std::size_t>(recv));
+      [this, in_v, send, out_v, recv] {
+        comm().alltoallv(in_v, span<const std::size_t>(send), out_v, span<const std::size_t>(recv));
       },
       parts, {in, flat}, [flat, parts] { unflatten(flat, parts); });
 }
@@ -587,9 +568,9 @@ c10::intrusive_ptr<c10d::Work> process_group::send(std::vector<at::Tensor>& tens
                                                    int tag) {
   host_staging stage;
   const at::Tensor& t = single(tensors, "send");
-  const auto arg0 = stage.view(t, "send tensor", false);
+  const tensor_view v = stage.view(t, "send tensor", false);
   return posted(
-      stage, c10d::OpType::SEND, [this, arg0, dst, tag] { return comm().isend(arg0, dst, tag); },
+      stage, c10d::OpType::SEND, [this, v, dst, tag] { return comm().isend(v, dst, tag); },
       tensors);
 }
 
@@ -597,9 +578,9 @@ c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tens
                                                    int tag) {
   host_staging stage;
   const at::Tensor& t = single(tensors, "recv");
-  const auto arg0 = stage.view(t, "recv tensor", true);
+  const tensor_view v = stage.view(t, "recv tensor", true);
   return posted(
-      stage, c10d::OpType::RECV, [this, arg0, src, tag] { return comm().irecv(arg0, src, tag); },
+      stage, c10d::OpType::RECV, [this, v, src, tag] { return comm().irecv(v, src, tag); },
       tensors);
 }
 
@@ -610,11 +591,11 @@ c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tens
   host_staging stage;
   const at::Tensor& t = single(tensors, "recv");
   auto source = std::make_shared<int>(-1);
-  const auto arg0 = stage.view(t, "recv tensor", true);
-  const auto arg1 = source.get();
+  const tensor_view v = stage.view(t, "recv tensor", true);
+  int* sender = source.get();
   auto w = posted(
       stage, c10d::OpType::RECVANYSOURCE,
-      [this, arg0, arg1, tag] { return comm().irecv_any(arg0, arg1, tag); }, tensors, {},
+      [this, v, sender, tag] { return comm().irecv_any(v, sender, tag); }, tensors, {},
       [source] {});
   static_cast<collective_work&>(*w).receives_from_any(std::move(source));
   return w;

@@ -137,6 +137,8 @@ class process_group final : public torch_backend {
 
   // The communicator, or the refusal of a group that was shut down or aborted.
   any_communicator& comm();
+  // Throws, saying what closed the group and what to do, when `closed`.
+  void refuse_if(bool closed) const;
   // Closes the communicator, the GIL let go meanwhile (see the destructor).
   void close() noexcept;
   // What getBackendOptions() answers (torch 2.x), from the settings.

@@ -92,7 +92,7 @@ bool completion::wait_for(std::chrono::milliseconds timeout) {
 
 collective_work::collective_work(int rank, std::shared_ptr<completion> done,
                                  const call_order& order)
-    : c10d::Work(rank, done->type()), done_(std::move(done)), order_(order) {}
+    : c10d::Work(rank, done->type()), done_(std::move(done)), order_(order.token()) {}
 
 bool collective_work::isCompleted() { return done_->future()->completed(); }
 
@@ -108,14 +108,12 @@ std::exception_ptr collective_work::exception() const {
 std::vector<at::Tensor> collective_work::result() { return done_->outputs(); }
 
 bool collective_work::wait(std::chrono::milliseconds timeout) {
-  TORCH_CHECK(done_->begun() || !order_.on_own_thread(),
-              "distcomm: a callback of a collective's "
-              "future waits on ",
+  TORCH_CHECK(done_->begun() || !call_order::on_thread_of(order_),
+              "distcomm: a callback of a collective's future waits on ",
               c10d::opTypeToString(opType_),
-              ", called after that "
-              "collective; it runs after the callback returns (calls run in the order they were "
-              "made, what a callback starts first), so it would wait forever. Chain on its future "
-              "(then) instead of waiting");
+              ", called after that collective; it runs after the callback returns (calls run in "
+              "the order they were made, what a callback starts first), so it would wait "
+              "forever. Chain on its future (then) instead of waiting");
   TORCH_CHECK(done_->wait_for(timeout), "distcomm: ", c10d::opTypeToString(opType_),
               " did not complete within ", timeout.count(),
               " ms (the wait's timeout); it goes on and ends within the group's timeout");

@@ -84,8 +84,8 @@ class collective_work final : public c10d::Work {
 
  private:
   const std::shared_ptr<completion> done_;
-  const call_order& order_;
-  std::shared_ptr<const int> source_;  // a receive from any rank's sender
+  const std::shared_ptr<const void> order_;  // the group's call_order (token()), which may go first
+  std::shared_ptr<const int> source_;        // a receive from any rank's sender
 };
 
 }  // namespace distcomm::torch_binding

@@ -50,3 +50,20 @@ def rank_main(run):
     except Exception:
         traceback.print_exc()
         return 1
+
+
+def checked(body, rank, world):
+    """Runs body(rank, world, check), check(cond, what) noting each failed check: 1 when any
+    failed (each printed), else 0. The first word of body's docstring names it."""
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    body(rank, world, check)
+    for f in failures:
+        print(f"rank {rank}: FAILED {f}", flush=True)
+    if not failures:
+        print(f"rank {rank}: all {body.__doc__.split(':')[0]} checks passed", flush=True)
+    return 1 if failures else 0

@@ -272,18 +272,7 @@ def main():
 def checked(body, rank, world):
     import distcomm_torch  # noqa: F401  (registers "distcomm")
 
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
-
-    body(rank, world, check)
-    for f in failures:
-        print(f"rank {rank}: FAILED {f}", flush=True)
-    if not failures:
-        print(f"rank {rank}: all {body.__doc__.split(':')[0]} checks passed", flush=True)
-    return 1 if failures else 0
+    return ranks.checked(body, rank, world)
 
 
 if __name__ == "__main__":

@@ -53,18 +53,7 @@ def checked(body, rank, world, url):
     import distcomm_torch  # noqa: F401  (registers "distcomm")
 
     dist.init_process_group("distcomm", init_method=url, rank=rank, world_size=world)
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
-
-    body(rank, world, check)
-    for f in failures:
-        print(f"rank {rank}: FAILED {f}", flush=True)
-    if not failures:
-        print(f"rank {rank}: all {body.__doc__.split(':')[0]} checks passed", flush=True)
-    return 1 if failures else 0
+    return ranks.checked(body, rank, world)
 
 
 def run_cuda(rank, world, check):
