@@ -124,6 +124,7 @@ const char* const tool_variables[] = {
     "DISTCOMM_MPIRUN",         // distcomm-run --backend mpi (tools/README.md)
     "DISTCOMM_JOBS",           // scripts/common.sh: build and test parallelism
     "DISTCOMM_SKIP_PACKAGES",  // scripts/common.sh: do not install packages
+    "DISTCOMM_CACHE",          // scripts/torch.sh: where the torch environments are kept
     "DISTCOMM_KEEP_TMP",       // tests/consumer/run.sh, tests/packaging/run.sh
     "DISTCOMM_FUZZ_CXX",       // fuzz/run.sh
 };

@@ -382,7 +382,7 @@ TEST_CASE("unknown_settings: every variable DistComm reads is known, others are 
   CHECK(unknown_settings(environment).empty());
   // Read by the tools and the project's scripts, not by config; the scan below finds them.
   for (const char* name : {"DISTCOMM_MPIRUN", "DISTCOMM_JOBS", "DISTCOMM_SKIP_PACKAGES",
-                           "DISTCOMM_KEEP_TMP", "DISTCOMM_FUZZ_CXX"}) {
+                           "DISTCOMM_CACHE", "DISTCOMM_KEEP_TMP", "DISTCOMM_FUZZ_CXX"}) {
     CAPTURE(name);
     CHECK(unknown_settings({std::string(name) + "=1"}).empty());
   }
