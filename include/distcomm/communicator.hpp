@@ -212,7 +212,7 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
 
  private:
   // `id` names a sub-communicator's recorder after its parent's; a communicator made from a
-  // backend gets the process's next name (trace::next_recorder_name()).
+  // backend gets the process's next name (trace::next_recorder_identity()).
   communicator(Backend backend, config cfg, std::optional<trace::flight_recorder::identity> id)
       : s_(std::make_unique<state>(std::move(backend), std::move(cfg), std::move(id))) {
     set_log_level(s_->cfg.log);  // DISTCOMM_LOG is read with the rest of the configuration

@@ -256,21 +256,92 @@ std::string flight_recorder::json() const { return to_json(*this).dump(1); }
 
 namespace {
 std::mutex next_name_mu;
-std::string next_name;  // name_next_recorder()'s, taken by the next call below
+std::string next_name;        // name_next_recorder()'s, taken by the next call below
+std::vector<int> next_ranks;  // and its members' job ranks, where given
 }  // namespace
 
-std::string next_recorder_name() {
+flight_recorder::identity next_recorder_identity(int rank, int size) {
   static std::atomic<int> made{0};
+  flight_recorder::identity id;
+  id.rank = rank;
   {
     const std::lock_guard<std::mutex> lock(next_name_mu);
-    if (!next_name.empty()) return std::exchange(next_name, std::string());
+    id.name = std::exchange(next_name, std::string());
+    id.ranks = std::exchange(next_ranks, std::vector<int>());
   }
-  return "c" + std::to_string(made++);
+  if (id.name.empty()) id.name = "c" + std::to_string(made++);
+  if (id.ranks.size() != static_cast<std::size_t>(size)) {
+    id.ranks.clear();
+    for (int r = 0; r < size; ++r) id.ranks.push_back(r);
+  }
+  return id;
 }
 
-void name_next_recorder(std::string name) {
+void name_next_recorder(std::string name, std::vector<int> job_ranks) {
   const std::lock_guard<std::mutex> lock(next_name_mu);
   next_name = std::move(name);
+  next_ranks = std::move(job_ranks);
+}
+
+namespace {
+struct writer_registry {
+  std::mutex mu;
+  std::vector<std::pair<std::string, dump_writer>> writers;
+};
+writer_registry& dump_writers() {
+  static writer_registry* w = new writer_registry;  // never destroyed, as recorders()
+  return *w;
+}
+}  // namespace
+
+void add_dump_writer(const std::string& name, dump_writer write) {
+  writer_registry& reg = dump_writers();
+  const std::lock_guard<std::mutex> lock(reg.mu);
+  for (const auto& [n, w] : reg.writers) {
+    if (n == name) return;
+  }
+  reg.writers.emplace_back(name, write);
+}
+
+std::int64_t dump_contents::wall_ns(flight_recorder::time_point t) const {
+  if (t == flight_recorder::time_point{}) return 0;
+  const auto wall =
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(t.time_since_epoch()) +
+      wall_offset;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count();
+}
+
+std::string write_dump_file(const std::string& dir, const std::string& name,
+                            const std::string& bytes) {
+  const std::string path = dir + "/" + name;
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    log(log_level::warn, "flight recorder: cannot create a file in " + dir +
+                             " (DISTCOMM_DUMP_DIR): " + std::strerror(errno));
+    return {};
+  }
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  const int write_errno = errno;
+  if (::close(fd) != 0 || written < bytes.size()) {
+    log(log_level::warn, "flight recorder: cannot write " + tmp +
+                             " (DISTCOMM_DUMP_DIR): " + std::strerror(write_errno));
+    ::unlink(tmp.c_str());
+    return {};
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    log(log_level::warn,
+        "flight recorder: cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+    ::unlink(tmp.c_str());
+    return {};
+  }
+  return path;
 }
 
 std::string dump_flight_records(const std::string& reason, const std::string& dir) {
@@ -279,70 +350,57 @@ std::string dump_flight_records(const std::string& reason, const std::string& di
   static std::mutex one_at_a_time;
   const std::lock_guard<std::mutex> lock(one_at_a_time);
   try {
-    std::string where = dir;
-    if (where.empty()) where = process_dump_dir();
-    if (where.empty()) return {};
-    std::vector<std::shared_ptr<flight_recorder>> live;
+    dump_contents d;
+    d.reason = reason;
+    d.dir = dir.empty() ? process_dump_dir() : dir;
+    if (d.dir.empty()) return {};
     {
       registry& reg = recorders();
       const std::lock_guard<std::mutex> lock(reg.mu);
       for (const auto& w : reg.recorders) {
-        if (auto r = w.lock()) live.push_back(std::move(r));
+        if (auto r = w.lock()) d.recorders.push_back(std::move(r));
       }
     }
-    if (live.empty()) return {};
+    if (d.recorders.empty()) return {};
     // What the process's timelines (DISTCOMM_TIMELINE) hold so far, on disk beside the dump.
     std::fflush(nullptr);
     // The job's rank: this process's rank in the first communicator it made.
-    const flight_recorder::identity& first = live.front()->who();
-    const int job_rank =
+    const flight_recorder::identity& first = d.recorders.front()->who();
+    d.job_rank =
         first.ranks.empty() ? first.rank : first.ranks[static_cast<std::size_t>(first.rank)];
+    d.wall_offset = wall_offset_now();
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     nlohmann::ordered_json j;
     j["format"] = "distcomm-flight-recorder/1";
-    j["rank"] = job_rank;
+    j["rank"] = d.job_rank;
     j["pid"] = static_cast<long>(::getpid());
     j["host"] = host;
     j["reason"] = reason;
-    j["dumped_us"] = micros(flight_recorder::now(), wall_offset_now());
+    j["dumped_us"] = micros(flight_recorder::now(), d.wall_offset);
     nlohmann::ordered_json comms = nlohmann::ordered_json::array();
-    for (const auto& r : live) comms.push_back(to_json(*r));
+    for (const auto& r : d.recorders) comms.push_back(to_json(*r));
     j["communicators"] = std::move(comms);
 
-    const std::string path = where + "/distcomm-flight." + std::to_string(job_rank) + "." +
-                             std::to_string(::getpid()) + ".json";
-    // A temporary name nobody can predict, made by this call (O_EXCL: never a file or link
-    // someone planted), then renamed over `path` (which replaces a link there, never follows it).
-    std::string tmp = path + ".XXXXXX";
-    const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-    if (fd < 0) {
-      log(log_level::warn, "flight recorder: cannot create a file in " + where +
-                               " (DISTCOMM_DUMP_DIR): " + std::strerror(errno));
-      return {};
-    }
-    const std::string text = j.dump(1) + "\n";
-    std::size_t written = 0;
-    while (written < text.size()) {
-      const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      written += static_cast<std::size_t>(n);
-    }
-    const int write_errno = errno;
-    if (::close(fd) != 0 || written < text.size()) {
-      log(log_level::warn, "flight recorder: cannot write " + tmp +
-                               " (DISTCOMM_DUMP_DIR): " + std::strerror(write_errno));
-      ::unlink(tmp.c_str());
-      return {};
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      log(log_level::warn,
-          "flight recorder: cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-      ::unlink(tmp.c_str());
-      return {};
-    }
+    const std::string path = write_dump_file(d.dir,
+                                             "distcomm-flight." + std::to_string(d.job_rank) + "." +
+                                                 std::to_string(::getpid()) + ".json",
+                                             j.dump(1) + "\n");
+    if (path.empty()) return {};
     log(log_level::info, "flight recorder: wrote " + path + " (" + reason + ")");
+    std::vector<std::pair<std::string, dump_writer>> writers;
+    {
+      writer_registry& reg = dump_writers();
+      const std::lock_guard<std::mutex> lock(reg.mu);
+      writers = reg.writers;
+    }
+    for (const auto& [name, write] : writers) {
+      try {
+        write(d);
+      } catch (const std::exception& e) {
+        log(log_level::warn, "flight recorder: the " + name + " format's dump failed: " + e.what());
+      }
+    }
     return path;
   } catch (const std::exception& e) {
     log(log_level::warn, std::string("flight recorder: dump failed: ") + e.what());

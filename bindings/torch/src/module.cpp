@@ -6,23 +6,28 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "process_group.hpp"
+#include "torch_flight_recorder.hpp"
 
 namespace py = pybind11;
 using distcomm::torch_binding::process_group;
 
 namespace {
 
-// What Backend.register_backend calls: (store, rank, size, timeout). Connecting waits for the
-// other ranks, so the GIL is released meanwhile.
+// What the creator Backend.register_backend calls passes on (python/distcomm_torch/__init__.py):
+// the group's store, rank, size and timeout, and torch's name of the group and the global ranks
+// of its members. Connecting waits for the other ranks, so the GIL is released meanwhile.
 c10::intrusive_ptr<distcomm::torch_binding::torch_backend_base> create(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-    const std::chrono::duration<float>& timeout) {
+    const std::chrono::duration<float>& timeout, const std::string& group_name,
+    const std::vector<int>& global_ranks) {
   py::gil_scoped_release release;
   return c10::make_intrusive<process_group>(
-      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+      distcomm::torch_binding::torch_group{group_name, global_ranks});
 }
 
 }  // namespace
@@ -57,8 +62,13 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("outputs"), py::arg("inputs"), py::call_guard<py::gil_scoped_release>());
   m.def("create_process_group", &create, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::arg("timeout"),
-        "The process group of rank `rank` of `size`, connected through `store` within `timeout`");
+        py::arg("timeout"), py::arg("group_name") = std::string(),
+        py::arg("global_ranks") = std::vector<int>(),
+        "The process group of rank `rank` of `size`, connected through `store` within `timeout`; "
+        "its flight recorder named `group_name` (torch's name of the group) with the members' "
+        "`global_ranks`");
+  distcomm::torch_binding::add_torch_flight_recorder_format();
+  m.attr("TORCH_FLIGHT_RECORDER_FORMAT") = distcomm::torch_binding::torch_flight_recorder_format();
   m.def("backend_for", &distcomm::torch_binding::backend_for, py::arg("size"),
         py::arg("one_host") = true,
         "The DistComm backend a group of `size` ranks (all on one host, or not) gets when "

@@ -12,6 +12,7 @@
 #include "distcomm/init.hpp"
 #include "distcomm/registry/backends.hpp"
 #include "distcomm/rendezvous/host_names.hpp"
+#include "distcomm/trace/recorder_names.hpp"
 #include "tensors.hpp"
 #include "work.hpp"
 
@@ -53,7 +54,8 @@ std::shared_ptr<store> store_of(const c10::intrusive_ptr<c10d::Store>& s, const 
   return std::make_shared<c10d_store>(s, cfg.timeout);
 }
 
-any_communicator connect(const std::shared_ptr<store>& kv, int rank, int size, const config& cfg) {
+any_communicator connect(const std::shared_ptr<store>& kv, int rank, int size, const config& cfg,
+                         const torch_group& named) {
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "distcomm: rank ", rank,
               " is not a rank of a group of ", size);
   job j;
@@ -62,6 +64,7 @@ any_communicator connect(const std::shared_ptr<store>& kv, int rank, int size, c
   init_options o;
   o.backend = cfg.backend.empty() ? backend_for(size, j.world.single_node()) : cfg.backend;
   o.settings = cfg;
+  if (!named.name.empty()) trace::name_next_recorder(named.name, named.global_ranks);
   try {
     return init(j, o);
   } catch (const error& e) {
@@ -101,11 +104,11 @@ std::string backend_for(int size, bool one_host) {
 }
 
 process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             std::chrono::milliseconds timeout)
+                             std::chrono::milliseconds timeout, const torch_group& named)
     : torch_backend(rank, size),
       cfg_(settings_for(timeout)),
       kv_(store_of(store, cfg_)),
-      comm_(connect(kv_, rank, size, cfg_)) {
+      comm_(connect(kv_, rank, size, cfg_, named)) {
   init();  // torch's: its logging of the group
   keep_options();
 }
@@ -163,9 +166,15 @@ c10::intrusive_ptr<c10d::Backend> process_group::split(const c10::intrusive_ptr<
   const auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) return nullptr;
   const auto timeout = opts ? opts->timeout : torch_default_timeout;
+  torch_group named;  // what torch says of the child (split_group fills both)
+  if (opts) {
+    named.name = opts->group_name;
+    named.global_ranks.assign(opts->global_ranks_in_group.begin(),
+                              opts->global_ranks_in_group.end());
+  }
   return without_gil([&] {  // connecting waits for the others
     return c10::make_intrusive<process_group>(store, static_cast<int>(me - ranks.begin()),
-                                              static_cast<int>(ranks.size()), timeout);
+                                              static_cast<int>(ranks.size()), timeout, named);
   });
 }
 

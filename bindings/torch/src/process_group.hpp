@@ -24,6 +24,15 @@
 
 namespace distcomm::torch_binding {
 
+// What torch says of a group as it makes it: its name ("0" for the default group) and the global
+// ranks of its members, in group order. The group's flight recorder takes them (trace/
+// recorder_names.hpp): the dumps of a torch job name each group alike on every member, even one
+// that only some ranks made.
+struct torch_group {
+  std::string name;
+  std::vector<int> global_ranks;
+};
+
 class process_group final : public torch_backend {
  public:
   // Connects rank `rank` of `size` through `store` (the group's, from init_process_group or
@@ -31,7 +40,7 @@ class process_group final : public torch_backend {
   // the group's ranks; rendezvous_error or timeout_error (RuntimeError in Python) within
   // `timeout` when they do not meet.
   process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                std::chrono::milliseconds timeout);
+                std::chrono::milliseconds timeout, const torch_group& named = {});
   // The group of `comm`, made of `parent`'s ranks (shrink): its settings and store.
   process_group(const process_group& parent, any_communicator comm);
   // Lets the GIL go while the transport closes (see the definition).

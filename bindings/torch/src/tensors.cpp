@@ -1,31 +1,21 @@
 #include "tensors.hpp"
 
 #include <string>
+#include <utility>
 
 namespace distcomm::torch_binding {
 
 namespace {
 
+// torch's dtype of each of DistComm's.
+constexpr std::pair<at::ScalarType, dtype> dtype_pairs[] = {
+    {at::kFloat, dtype::f32},     {at::kDouble, dtype::f64}, {at::kHalf, dtype::f16},
+    {at::kBFloat16, dtype::bf16}, {at::kChar, dtype::i8},    {at::kByte, dtype::u8},
+    {at::kInt, dtype::i32},       {at::kLong, dtype::i64}};
+
 dtype dtype_of(const at::Tensor& t, const char* what) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return dtype::f32;
-    case at::kDouble:
-      return dtype::f64;
-    case at::kHalf:
-      return dtype::f16;
-    case at::kBFloat16:
-      return dtype::bf16;
-    case at::kChar:
-      return dtype::i8;
-    case at::kByte:
-      return dtype::u8;
-    case at::kInt:
-      return dtype::i32;
-    case at::kLong:
-      return dtype::i64;
-    default:
-      break;
+  for (const auto& [torch_type, ours] : dtype_pairs) {
+    if (t.scalar_type() == torch_type) return ours;
   }
   TORCH_CHECK(false, "distcomm: ", what, " has dtype ", t.scalar_type(),
               "; DistComm moves float32, float64, float16, bfloat16, int8, uint8, int32 and "
@@ -33,6 +23,13 @@ dtype dtype_of(const at::Tensor& t, const char* what) {
 }
 
 }  // namespace
+
+at::ScalarType scalar_type_of(dtype type) {
+  for (const auto& [torch_type, ours] : dtype_pairs) {
+    if (ours == type) return torch_type;
+  }
+  return at::ScalarType::Undefined;
+}
 
 tensor_view view_of(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.defined(), "distcomm: ", what, " is an undefined tensor");

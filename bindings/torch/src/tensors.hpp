@@ -13,10 +13,14 @@
 #include <utility>
 #include <vector>
 
+#include "distcomm/core/dtype.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/core/tensor_view.hpp"
 
 namespace distcomm::torch_binding {
+
+// torch's dtype of DistComm's `type` (Undefined for none).
+at::ScalarType scalar_type_of(dtype type);
 
 // `t` as a view; `what` names it in errors ("allreduce tensor").
 tensor_view view_of(const at::Tensor& t, const char* what);

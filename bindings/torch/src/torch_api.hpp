@@ -9,7 +9,9 @@
 //  * torch 2.13: ATen's headers need C++20 (../cmake/torch_of_python.cmake says so to the build);
 //  * torch 2.14: the single-tensor collectives are renamed after torchcomms' scheme
 //    (all_gather_single, reduce_scatter_single, all_to_all_single, gather_single and their
-//    *_coalesced forms); the old names stay as forwarders.
+//    *_coalesced forms); the old names stay as forwarders;
+//  * torch's own flight recorder (2.11 and 2.15 have one; 1.13 not), whose dumps torch's analyzer
+//    reads.
 // The binding derives from torch_backend, implements the single-tensor collectives under names
 // of its own (allgather_flat, ...), which torch_backend maps onto torch's names of the version
 // built against, and never names either base.
@@ -31,6 +33,14 @@
 #define DISTCOMM_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// A torch with a flight recorder of its own (FlightRecorder.hpp), whose pickled dumps torch's
+// analyzer reads: torch_flight_recorder.cpp writes DistComm's dumps in that form too.
+#if __has_include(<torch/csrc/distributed/c10d/FlightRecorder.hpp>)
+#define DISTCOMM_TORCH_HAS_FLIGHT_RECORDER 1
+#else
+#define DISTCOMM_TORCH_HAS_FLIGHT_RECORDER 0
+#endif
 
 namespace distcomm::torch_binding {
 

@@ -37,7 +37,8 @@ struct communicator_state {
   using gate_type = std::conditional_t<gated_calls, check::gated<Backend>, check::no_gate>;
 
   // `id` names a sub-communicator's recorder after its parent's; without one the process's next
-  // name (trace::next_recorder_name()). `make`, when given, makes the strategy from the settings.
+  // name (trace::next_recorder_identity()). `make`, when given, makes the strategy from the
+  // settings.
   communicator_state(Backend b, config c, std::optional<trace::flight_recorder::identity> id,
                      const std::function<Strategy(const config&)>* make = nullptr)
       : backend(std::move(b)),
@@ -59,14 +60,10 @@ struct communicator_state {
       }
     }
     if (cfg.flight_recorder != 0) {
-      if (!id) {
-        id.emplace();
-        id->name = trace::next_recorder_name();
-        id->rank = backend.rank();
-        for (int r = 0; r < backend.size(); ++r) id->ranks.push_back(r);
-      }
+      if (!id) id = trace::next_recorder_identity(backend.rank(), backend.size());
       id->backend = backend_name_of(backend);
       id->strategy = strategy_name_of<Strategy>();
+      id->timeout = cfg.timeout;
       recorder = trace::flight_recorder::make(cfg.flight_recorder, std::move(*id));
     }
     if (timeline) {

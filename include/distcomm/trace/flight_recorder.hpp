@@ -35,11 +35,12 @@ class flight_recorder {
 
   // Who the recorder belongs to: the same name and ranks on every rank of the communicator.
   struct identity {
-    std::string name;        // next_recorder_name(), "c0/1", ...: the same on every member
+    std::string name;        // next_recorder_identity()'s, "c0/1", ...: the same on every member
     int rank = 0;            // in the communicator
     std::vector<int> ranks;  // the job's ranks of its members, in communicator order
     std::string backend;
     std::string strategy;
+    std::chrono::duration<double> timeout{};  // each collective's deadline (DISTCOMM_TIMEOUT)
   };
 
   struct entry {
@@ -111,16 +112,42 @@ class flight_recorder {
   std::uint64_t next_ = 0;  // entries recorded so far; slot n is ring_[n % capacity]
 };
 
-// The name of the next communicator this process makes from a backend: "c0", "c1", ... (so the
-// job's first communicator, made alike on every rank, has the same name everywhere). Its
-// sub-communicators are named after it: "c0/0", "c0/1", ...
-std::string next_recorder_name();
+// The recorder identity of the next communicator this process makes from a backend, rank `rank`
+// of `size`: named "c0", "c1", ... (so the job's first communicator, made alike on every rank, has
+// the same name everywhere), its members' job ranks 0 .. size-1; or the name and ranks
+// name_next_recorder() gave (recorder_names.hpp). Its sub-communicators are named after it:
+// "c0/0", "c0/1", ...
+flight_recorder::identity next_recorder_identity(int rank, int size);
 
 // Writes every live recorder of this process into `dir` (DISTCOMM_DUMP_DIR when empty) as
-// dir/distcomm-flight.<job rank>.<pid>.json, atomically (a temporary file of its own, made with
-// O_EXCL under a random name, renamed), one dump at a time in the process, with `reason`.
-// Returns the path written, or "" when there is no directory to write to or nothing to write.
-// Throws nothing: a dump that fails logs a warning.
+// dir/distcomm-flight.<job rank>.<pid>.json, atomically (write_dump_file), one dump at a time in
+// the process, with `reason`; then each format added with add_dump_writer writes its own files.
+// Returns the path of DistComm's file, or "" when there is no directory to write to or nothing to
+// write. Throws nothing: a dump that fails logs a warning.
 std::string dump_flight_records(const std::string& reason, const std::string& dir = {});
+
+// One dump, as the writers of other formats get it.
+struct dump_contents {
+  int job_rank = 0;  // this process's rank in the first communicator it made
+  std::string reason;
+  std::string dir;                                          // where the dump goes
+  std::vector<std::shared_ptr<flight_recorder>> recorders;  // live ones, in the order made
+  std::chrono::system_clock::duration wall_offset{};        // the wall clock's lead, read once
+  // Nanoseconds since the epoch, on the wall clock, of the recorder's steady time `t`; 0 for none.
+  std::int64_t wall_ns(flight_recorder::time_point t) const;
+};
+
+// Another format every dump also writes, beside DistComm's own file: `write` gets the dump and
+// writes its files into contents.dir (with write_dump_file); what it throws is logged. The torch
+// binding adds PyTorch's flight-recorder format (bindings/torch/src/torch_flight_recorder.cpp).
+// Adding a name twice keeps the first writer.
+using dump_writer = void (*)(const dump_contents& contents);
+void add_dump_writer(const std::string& name, dump_writer write);
+
+// Writes `bytes` to dir/name atomically: a temporary file of its own (made with O_EXCL under a
+// random name, so never a file or link someone planted), then renamed over dir/name (which
+// replaces a link there, never follows it). Returns the path, or "" (a warning logged).
+std::string write_dump_file(const std::string& dir, const std::string& name,
+                            const std::string& bytes);
 
 }  // namespace distcomm::trace

@@ -24,8 +24,13 @@ BACKEND_NAME = "distcomm"
 DEVICES = ["cpu", "cuda"]
 
 
-def _create(store, rank, size, timeout):
-    return create_process_group(store, rank, size, timeout)
+def _create(opts, backend_options=None):
+    """torch's extended creator API (every version since 1.13): the group's name and its
+    members' global ranks come with the store, rank, size and timeout; the default group's list
+    is empty on some versions (every rank then)."""
+    ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
+    return create_process_group(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                                str(opts.group_id), ranks)
 
 
 def backend_of(group=None):
@@ -46,9 +51,9 @@ def register():
     if hasattr(_dist.Backend, BACKEND_NAME.upper()):
         return
     if "devices" in _inspect.signature(_dist.Backend.register_backend).parameters:
-        _dist.Backend.register_backend(BACKEND_NAME, _create, devices=DEVICES)
+        _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=DEVICES)
     else:  # torch 1.13
-        _dist.Backend.register_backend(BACKEND_NAME, _create)
+        _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True)
 
 
 register()
