@@ -6,6 +6,7 @@ the scaling efficiency (samples/s at N over N x samples/s at 1, same per-process
 
     PYTHONPATH=build/python /usr/bin/python3 examples/torch_ddp/bench.py \
         [--procs 1 2 4] [--models cnn mlp] [--transports shm gloo ucx] [--rounds 3] [--steps 20]
+        [--fsdp2]
 """
 
 import argparse
@@ -20,12 +21,13 @@ import torchrun
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 
 
-def throughput(np, model, backend, transport, steps, batch):
+def throughput(np, model, backend, transport, steps, batch, fsdp2=False):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if transport:
         env["DISTCOMM_BACKEND"] = transport
     cmd = torchrun.command(np, TRAIN, ["--backend", backend, "--model", model, "--steps",
-                                       str(steps), "--batch", str(batch), "--threads", "1"])
+                                       str(steps), "--batch", str(batch), "--threads", "1"] +
+                           (["--fsdp2"] if fsdp2 else []))
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=900)
     m = re.search(r"throughput ([0-9.]+) samples/s", p.stdout)
@@ -44,6 +46,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--fsdp2", action="store_true", help="FSDP2 in place of DDP (train.py)")
     a = ap.parse_args()
     configs = [("gloo", None)] + [("distcomm", t) for t in a.transports]
     results = {}
@@ -51,20 +54,31 @@ def main():
         for model in a.models:
             for np in a.procs:
                 for backend, transport in configs:
-                    v = throughput(np, model, backend, transport, a.steps, a.batch)
+                    v = throughput(np, model, backend, transport, a.steps, a.batch, a.fsdp2)
                     results.setdefault((model, np, backend, transport), []).append(v)
                     print(f"round {rnd} {model} np{np} {backend}/{transport or '-'}: {v:.1f}",
                           flush=True)
-    print("\n| model | processes | backend | samples/s (median) | efficiency |")
-    print("|---|---:|---|---:|---:|")
+    # The time the data-parallel wrapper adds to a process's step: the step at N processes less
+    # the step of one process alone, the median over every backend's one-process runs (the same
+    # computation, none communicating).
+    print("\n| model | processes | backend | samples/s (median) | efficiency | step (ms) "
+          "| added to the step (ms) |")
+    print("|---|---:|---|---:|---:|---:|---:|")
     for model in a.models:
+        alone = None
+        if 1 in a.procs:
+            alone = a.batch / statistics.median(
+                v for backend, transport in configs for v in results[(model, 1, backend, transport)])
         for backend, transport in configs:
             base = statistics.median(results[(model, min(a.procs), backend, transport)])
             for np in a.procs:
                 v = statistics.median(results[(model, np, backend, transport)])
                 eff = v / (np / min(a.procs) * base)
+                step = np * a.batch / v
+                added = f"{1000 * (step - alone):.1f}" if alone is not None and np > 1 else "-"
                 name = backend + (f" over {transport}" if transport else " (torch)")
-                print(f"| {model} | {np} | {name} | {v:.1f} | {100 * eff:.0f}% |")
+                print(f"| {model} | {np} | {name} | {v:.1f} | {100 * eff:.0f}% | "
+                      f"{1000 * step:.1f} | {added} |")
 
 
 if __name__ == "__main__":

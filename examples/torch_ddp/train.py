@@ -51,6 +51,9 @@ def parse():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--fp16-hook", action="store_true", help="DDP's fp16 compression hook")
+    ap.add_argument("--fsdp2", action="store_true",
+                    help="FSDP2 (fully_shard per top-level layer and at the root) in place of "
+                         "DDP (torch 2.6 or later)")
     ap.add_argument("--uneven", action="store_true",
                     help="process r runs steps + r steps, under DDP's Join")
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of the throughput")
@@ -155,7 +158,18 @@ def main():
 
     torch.manual_seed(a.seed)  # same initial parameters everywhere (DDP broadcasts rank 0's too)
     model = make_model(a.model).to(dev)
-    ddp = DDP(model, device_ids=[0] if a.device == "cuda" else None)
+    if a.fsdp2:
+        if a.shard_size or a.fp16_hook or a.uneven:
+            sys.exit("train.py: --fsdp2 takes none of --shard-size, --fp16-hook, --uneven")
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh(dev.type, (world,))
+        for layer in model.children():
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer, mesh=mesh)
+        ddp = fully_shard(model, mesh=mesh)
+    else:
+        ddp = DDP(model, device_ids=[0] if a.device == "cuda" else None)
     stored = {}
     if a.fp16_hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -210,7 +224,8 @@ def main():
         elapsed = time.perf_counter() - t0
         if rank == 0:
             print(f"throughput {timed * global_batch / elapsed:.1f} samples/s "
-                  f"({world} processes x {per_rank} samples, {a.model}, backend {a.backend})",
+                  f"({world} processes x {per_rank} samples, {a.model}, backend {a.backend}"
+                  f"{', fsdp2' if a.fsdp2 else ''})",
                   flush=True)
     if a.save and (rank == 0 or "{rank}" in a.save):
         torch.save(torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]),

@@ -3,6 +3,7 @@
 // backend's plugin (a working store plugin, c10d's, is tested in test_store_c10d).
 #include <dlfcn.h>
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -270,9 +271,17 @@ TEST_CASE("store plugins: a missing one names the file, the folders, the plugins
   CHECK_HAS(m, "openfails");                        // the store plugins that are there
   CHECK(m.find("initfails") == std::string::npos);  // not the backend plugins
   CHECK_HAS(m, "built in: etcd");
-  CHECK_HAS(error_of<dc::rendezvous_error>(
-                [] { pl::open_plugin_store(store_url("c10d://h:1/p"), env_with_path(fixtures)); }),
-            "libtorch");
+  // The c10d store plugin's own hint (it needs libtorch), where it was not built: a tree with
+  // the torch binding has it beside the loader, which then finds it and dials h:1.
+  if (::access((std::string(DISTCOMM_BUILD_LIB_DIR) + "/libdistcomm_store_c10d.so").c_str(),
+               F_OK) != 0) {
+    CHECK_HAS(error_of<dc::rendezvous_error>([] {
+                pl::open_plugin_store(store_url("c10d://h:1/p"), env_with_path(fixtures));
+              }),
+              "libtorch");
+  } else {
+    MESSAGE("the c10d store plugin was built here: its missing-plugin hint is not checked");
+  }
   CHECK_HAS(error_of<dc::rendezvous_error>(
                 [] { pl::open_plugin_store(store_url("../x://h:1"), env_with_path(fixtures)); }),
             "is not a store's name");

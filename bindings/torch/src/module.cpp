@@ -68,7 +68,7 @@ PYBIND11_MODULE(_C, m) {
         "its flight recorder named `group_name` (torch's name of the group) with the members' "
         "`global_ranks`");
   distcomm::torch_binding::add_torch_flight_recorder_format();
-  m.attr("TORCH_FLIGHT_RECORDER_FORMAT") = distcomm::torch_binding::torch_flight_recorder_format();
+  m.attr("TORCH_FLIGHT_RECORDER_PREFIX") = distcomm::torch_binding::torch_flight_recorder_format();
   m.def("backend_for", &distcomm::torch_binding::backend_for, py::arg("size"),
         py::arg("one_host") = true,
         "The DistComm backend a group of `size` ranks (all on one host, or not) gets when "

@@ -38,6 +38,10 @@
 // analyzer reads: torch_flight_recorder.cpp writes DistComm's dumps in that form too.
 #if __has_include(<torch/csrc/distributed/c10d/FlightRecorder.hpp>)
 #define DISTCOMM_TORCH_HAS_FLIGHT_RECORDER 1
+// Its analyzer before 2.15 (2.11's) reads only entries named after NCCL or XCCL
+// ("nccl:all_reduce") and fewer collectives (not "barrier", nor the uneven forms); 2.15's reads
+// any backend's name.
+#define DISTCOMM_TORCH_ANALYZER_READS_ANY_NAME DISTCOMM_TORCH_AT_LEAST(2, 15)
 #else
 #define DISTCOMM_TORCH_HAS_FLIGHT_RECORDER 0
 #endif

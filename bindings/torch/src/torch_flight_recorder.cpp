@@ -32,6 +32,7 @@ struct torch_op {
   const char* name;
   std::int64_t in, out;
 };
+constexpr bool any_name = DISTCOMM_TORCH_ANALYZER_READS_ANY_NAME;
 torch_op op_of(const check::call_fingerprint& fp, std::int64_t size) {
   const auto n = static_cast<std::int64_t>(fp.count);
   switch (static_cast<check::call_kind>(fp.kind)) {
@@ -44,7 +45,7 @@ torch_op op_of(const check::call_fingerprint& fp, std::int64_t size) {
     case check::call_kind::allgather:
       return {"all_gather", n, n * size};
     case check::call_kind::allgatherv:
-      return {"all_gather_v", n, n};
+      return {any_name ? "all_gather_v" : "all_gather", n, n};
     case check::call_kind::broadcast:
       return {"broadcast", n, n};
     case check::call_kind::reduce:
@@ -56,9 +57,9 @@ torch_op op_of(const check::call_fingerprint& fp, std::int64_t size) {
     case check::call_kind::alltoall:
       return {"all_to_all", n, n};
     case check::call_kind::alltoallv:
-      return {"all_to_all_v_single", n, n};
+      return {any_name ? "all_to_all_v_single" : "all_to_all", n, n};
     case check::call_kind::barrier:
-      return {"barrier", 0, 0};
+      return {any_name ? "barrier" : "all_reduce_barrier", 0, 0};
     default:
       return {"", 0, 0};  // not a collective (point to point is not recorded)
   }
@@ -114,7 +115,7 @@ c10::Dict<c10::IValue, c10::IValue> entry_of(const trace::dump_contents& d,
   j.insert(c10d::collective_seq_id_key_str, static_cast<std::int64_t>(e.seq) + 1);
   j.insert(c10d::p2p_seq_id_key_str, std::int64_t{0});
   j.insert(c10d::op_id_key_str, static_cast<std::int64_t>(e.seq) + 1);
-  j.insert(c10d::profiling_name_key_str, std::string("distcomm:") + op.name);
+  j.insert(c10d::profiling_name_key_str, std::string(torch_flight_recorder_format()) + op.name);
   j.insert(c10d::time_created_key_str,
            d.wall_ns(e.posted != flight_recorder::time_point{} ? e.posted : e.started));
   j.insert(c10d::input_sizes_key_str, sizes(op.in));
@@ -192,10 +193,11 @@ void write_torch_dump(const trace::dump_contents& d) {
 }  // namespace
 
 void add_torch_flight_recorder_format() { trace::add_dump_writer("torch", &write_torch_dump); }
-bool torch_flight_recorder_format() { return true; }
+// torch's names for the library that ran an entry (its analyzer's), not DistComm's backends.
+const char* torch_flight_recorder_format() { return any_name ? "distcomm:" : "nccl:"; }
 #else
 void add_torch_flight_recorder_format() {}
-bool torch_flight_recorder_format() { return false; }
+const char* torch_flight_recorder_format() { return ""; }
 #endif
 
 }  // namespace distcomm::torch_binding

@@ -13,7 +13,9 @@ namespace distcomm::torch_binding {
 // where the torch built against has no flight recorder.
 void add_torch_flight_recorder_format();
 
-// Whether the format is written (the torch built against has a flight recorder).
-bool torch_flight_recorder_format();
+// What the entries' names ("profiling_name") begin with: "distcomm:" ("distcomm:all_reduce"),
+// or "nccl:" where torch's analyzer reads no other (before 2.15: torch_api.hpp); "" where the
+// format is not written (the torch built against has no flight recorder).
+const char* torch_flight_recorder_format();
 
 }  // namespace distcomm::torch_binding

@@ -76,7 +76,8 @@ def main():
         print(f"skipped: torch {torch.__version__} ships no flight-recorder analyzer "
               "(torch.distributed.flight_recorder)")
         return SKIP
-    if not distcomm_torch._C.TORCH_FLIGHT_RECORDER_FORMAT:
+    prefix = distcomm_torch._C.TORCH_FLIGHT_RECORDER_PREFIX  # "distcomm:"; "nccl:" before 2.15
+    if not prefix:
         print(f"skipped: torch {torch.__version__} has no flight recorder of its own")
         return SKIP
 
@@ -122,7 +123,7 @@ def main():
         report = analyzer.stdout + analyzer.stderr
         print("torch's analyzer says:\n" + report, flush=True)
         expected = ["Not all ranks joining collective", f"sequence number: {STEPS}",
-                    "collective: distcomm:all_reduce", f"missing ranks: {{{last}}}"]
+                    f"collective: {prefix}all_reduce", f"missing ranks: {{{last}}}"]
         for words in expected:
             if words not in report:
                 failures.append(f"the analyzer's report does not say '{words}'")
