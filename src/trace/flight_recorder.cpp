@@ -108,11 +108,16 @@ wall_offset wall_offset_now() {
          std::chrono::duration_cast<wall_offset>(flight_recorder::now().time_since_epoch());
 }
 
-// Microseconds since the epoch of steady time `t` (0 for none).
-std::int64_t micros(flight_recorder::time_point t, wall_offset offset) {
+// Steady time `t` on the wall clock, as `Unit`s since the epoch (0 for none).
+template <class Unit>
+std::int64_t wall_since_epoch(flight_recorder::time_point t, wall_offset offset) {
   if (t == flight_recorder::time_point{}) return 0;
   const auto wall = std::chrono::duration_cast<wall_offset>(t.time_since_epoch()) + offset;
-  return std::chrono::duration_cast<std::chrono::microseconds>(wall).count();
+  return std::chrono::duration_cast<Unit>(wall).count();
+}
+
+std::int64_t micros(flight_recorder::time_point t, wall_offset offset) {
+  return wall_since_epoch<std::chrono::microseconds>(t, offset);
 }
 
 nlohmann::ordered_json to_json(const flight_recorder::entry& e, wall_offset offset) {
@@ -304,11 +309,7 @@ void add_dump_writer(const std::string& name, dump_writer write) {
 }
 
 std::int64_t dump_contents::wall_ns(flight_recorder::time_point t) const {
-  if (t == flight_recorder::time_point{}) return 0;
-  const auto wall =
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(t.time_since_epoch()) +
-      wall_offset;
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count();
+  return wall_since_epoch<std::chrono::nanoseconds>(t, wall_offset);
 }
 
 std::string write_dump_file(const std::string& dir, const std::string& name,

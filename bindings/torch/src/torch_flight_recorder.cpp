@@ -95,6 +95,8 @@ c10::List<c10::IValue> dtypes(const check::call_fingerprint& fp) {
   return out;
 }
 
+// "[0, 1, 2]", as torch writes a group's ranks (its c10d::ranks_str formats with fmt, which
+// libtorch does not export to extensions).
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string s = "[";
   for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
