@@ -52,7 +52,7 @@ class any_communicator {
   // As communicator::agreements(), overlapped_agreements() and next_call_agreed().
   std::uint64_t agreements() const { return get().agreements(); }
   std::uint64_t overlapped_agreements() const { return get().overlapped_agreements(); }
-  void next_call_agreed() { get().next_call_agreed(); }
+  void next_call_agreed(deadline until = deadline::max()) { get().next_call_agreed(until); }
   // The memory its backend moves: host, or cuda (nccl).
   memory_kind memory() const { return get().memory(); }
 
@@ -100,7 +100,7 @@ class any_communicator {
     virtual std::uint64_t calls() const = 0;
     virtual std::uint64_t agreements() const = 0;
     virtual std::uint64_t overlapped_agreements() const = 0;
-    virtual void next_call_agreed() = 0;
+    virtual void next_call_agreed(deadline until) = 0;
     virtual memory_kind memory() const = 0;
 #define DISTCOMM_ANY_VIRTUAL(name, parameters, arguments) \
   virtual void name parameters = 0;                       \
@@ -137,7 +137,7 @@ class any_communicator {
     std::uint64_t calls() const override { return comm.calls(); }
     std::uint64_t agreements() const override { return comm.agreements(); }
     std::uint64_t overlapped_agreements() const override { return comm.overlapped_agreements(); }
-    void next_call_agreed() override { comm.next_call_agreed(); }
+    void next_call_agreed(deadline until) override { comm.next_call_agreed(until); }
     memory_kind memory() const override {
       return detail::moves_device_memory<typename Comm::backend_type>::value ? memory_kind::cuda
                                                                              : memory_kind::host;

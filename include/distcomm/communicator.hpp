@@ -105,12 +105,12 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
   // communicator/list.hpp says what each does.
 #define DISTCOMM_TYPED_CALL(name, parameters, arguments)                   \
   void name parameters {                                                   \
-    const bool agreed = take_agreed();                                     \
-    run(build().name arguments, agreed);                                   \
+    const detail::agreed_call promise = take_agreed();                     \
+    run(build().name arguments, promise);                                  \
   }                                                                        \
   work i##name parameters {                                                \
-    const bool agreed = take_agreed();                                     \
-    return post(build(true).name arguments, agreed);                       \
+    const detail::agreed_call promise = take_agreed();                     \
+    return post(build(true).name arguments, promise);                      \
   }
 #define DISTCOMM_TYPED_FORM(name, parameters, arguments) \
   void name parameters { name arguments; }               \
@@ -143,9 +143,12 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
   // (itself a collective of this communicator, agreed with the settings) has planned alike on
   // every rank: one agreement per cycle. Every rank calls it before the same collective; a
   // program that cannot promise that must not call it (without an agreement, ranks in different
-  // calls fail at the deadline or worse).
-  void next_call_agreed() noexcept {
-    if (s_) s_->next_agreed = true;
+  // calls fail at the deadline or worse). With `until`, that collective also ends by `until`
+  // where that is sooner than its own deadline (DISTCOMM_TIMEOUT from its start): a collective
+  // run inside another one under the outer call's deadline, as the levels of a hierarchical
+  // allreduce are (init/'s hierarchical).
+  void next_call_agreed(deadline until = deadline::max()) noexcept {
+    if (s_) s_->next_call = {true, until};
   }
 
   // Whether retune() can change this communicator's settings: its strategy and fusion policy can
@@ -224,15 +227,17 @@ class communicator : public detail::groups<communicator<Backend, Strategy, Fusio
   }
   // next_call_agreed()'s promise, taken by the call it was made for (also when that call is
   // refused before it runs).
-  bool take_agreed() noexcept { return s_ && std::exchange(s_->next_agreed, false); }
+  detail::agreed_call take_agreed() noexcept {
+    return s_ ? std::exchange(s_->next_call, detail::agreed_call{}) : detail::agreed_call{};
+  }
   template <class Body>
-  void run(detail::call<Body> c, bool agreed) {
-    c.agreed = agreed;
+  void run(detail::call<Body> c, const detail::agreed_call& promise) {
+    c.promise = promise;
     detail::pipeline<state>::run(get(c.what), std::move(c));
   }
   template <class Body>
-  work post(detail::call<Body> c, bool agreed) {
-    c.agreed = agreed;
+  work post(detail::call<Body> c, const detail::agreed_call& promise) {
+    c.promise = promise;
     return detail::pipeline<state>::post(get(c.what), std::move(c));
   }
 

@@ -124,8 +124,9 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 // `dir`, made mode 0700 when missing; refused unless it is a directory (not a link to one) of
-// this user's that nobody else may write to. Everything the meeting trusts lies under it: another
-// local user who could plant a file there could point the job at a store of their own.
+// this user's that nobody else may enter. Everything the meeting trusts lies under it: another
+// local user who could plant a file there could point the job at a store of their own, and one
+// who could read there would learn the store's token.
 void private_directory(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     throw rendezvous_error("rendezvous: cannot create the meeting directory " + dir + ": " +
@@ -148,25 +149,34 @@ void private_directory(const std::string& dir) {
                            std::to_string(::geteuid()) + "): another user could feed this job" +
                            fix);
   }
-  if ((st.st_mode & 022) != 0) {
+  if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     throw rendezvous_error("rendezvous: the meeting directory " + dir + " is mode " + mode +
-                           ", writable by other users, who could feed this job; chmod 700 it, "
-                           "remove it, or set TMPDIR to a directory of yours");
+                           ", open to other users, who could feed this job or read its store's "
+                           "token; chmod 700 it, remove it, or set TMPDIR to a directory of yours");
   }
 }
 
-std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s,
-                                         const std::string& token, const job_identity& me,
-                                         const env_lookup& getenv, std::string* place) {
+// The ranks of one node meet through a folder only this user can enter: rank 0 serves the store on
+// 127.0.0.1 and leaves its port there, and, where the environment gave no token (mpirun, srun),
+// a token of 32 random bytes it made, so that another local user cannot talk to the store.
+// `token` becomes the one the store uses.
+std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s, std::string& token,
+                                         const job_identity& me, const env_lookup& getenv,
+                                         std::string* place) {
   const char* tmp = std::getenv("TMPDIR");
   const std::string mine = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
                            "/distcomm-" + std::to_string(::geteuid());
   private_directory(mine);
   *place = mine + "/" + to_string(w.launcher) + "-" + job_name(w.launcher, getenv);
   file_store meeting(*place, s.slice());
+  const bool made_token = token.empty();
   if (w.rank == 0) {
+    if (made_token) {
+      token = random_token();
+      meeting.set("token", bytes(token.begin(), token.end()));  // before the port: read after it
+    }
     auto server = std::make_unique<tcp_store_server>("127.0.0.1", 0, token, me);
     const int port = server->port();
     auto client = std::make_shared<tcp_store>(std::move(server), "127.0.0.1", s.left(), token);
@@ -198,6 +208,11 @@ std::shared_ptr<store> meet_on_this_node(const world_info& w, const startup& s,
   } catch (const std::exception&) {
     throw rendezvous_error("rendezvous: the port published in " + *place + " is not a number ('" +
                            text + "')");
+  }
+  if (made_token) {
+    meeting.set_timeout(std::chrono::seconds(1));  // written before the port
+    const bytes t = meeting.get("token");
+    token.assign(t.begin(), t.end());
   }
   return std::make_shared<tcp_store>("127.0.0.1", port, s.left(), token, me);
 }
@@ -390,7 +405,7 @@ job bootstrap(const config& cfg, const env_lookup& getenv) {
   s.rank = j.world.rank;
   s.size = j.world.size;
 
-  const std::string token = auth_token_from_env(getenv);
+  std::string token = auth_token_from_env(getenv);  // meet_on_this_node may make one
   const job_identity me = job_identity_from_env(j.world, getenv);
   std::string meeting_place;
   std::string where;

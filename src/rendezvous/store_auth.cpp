@@ -126,6 +126,23 @@ std::string read_token_file(const std::string& path) {
 
 }  // namespace
 
+std::string random_token(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(raw.size())) != 1) {
+    throw error("cannot make a random token: OpenSSL RAND_bytes failed (no entropy source?)");
+  }
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * raw.size());
+  for (const char c : raw) {
+    const auto b = static_cast<unsigned char>(c);
+    hex.push_back(digits[b >> 4]);
+    hex.push_back(digits[b & 0xf]);
+  }
+  OPENSSL_cleanse(raw.data(), raw.size());
+  return hex;
+}
+
 std::string auth_token_from_env(const env_lookup& getenv) {
   const char* value = config::read_variable("DISTCOMM_AUTH_TOKEN", getenv);
   const char* file = config::read_variable("DISTCOMM_AUTH_TOKEN_FILE", getenv);

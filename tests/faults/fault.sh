@@ -1,7 +1,8 @@
 #!/bin/sh
 # One failure scenario: distcomm-test-fault with 3 ranks (--np) under distcomm-run (gloo, ucx) or
-# mpirun (mpi), DISTCOMM_TIMEOUT=10; rank 1 sends itself SIGKILL or SIGSTOP after 20 allreduces of
-# 2 MiB (with --during MS: MS ms into the 21st, from a second thread). Passes when
+# mpirun (mpi), DISTCOMM_TIMEOUT=10; rank 1 sends itself SIGKILL or SIGSTOP after 20 (--after)
+# allreduces (--op: or rounds of a ring of messages, recv or recv_any) of 2 MiB (--mib) (with
+# --during MS: MS ms into the next, from a second thread). Passes when
 #   - the job ends by itself (the outer `timeout -s KILL` guard did not fire), non-zero, within
 #     the deadline plus 5 s of the fault (the survivors return from main: with mpi, a survivor
 #     stuck in MPI_Finalize waiting for the stopped rank fails this);
@@ -10,25 +11,27 @@
 #     rank 1 (a survivor that blames only a healthy rank fails the test).
 #     Under mpirun, Open MPI's policy (abort the job when a rank dies or exits non-zero) may end
 #     survivors before they report: accepted when mpirun says so, but after SIGSTOP at least one
-#     survivor must have reported; a survivor's next allreduce then fails at once;
+#     survivor must have reported; a survivor's next call then fails at once;
 #   - no process of the job is left (a victim still stopped is killed, and the test fails);
 #   - shm: no shared-memory segment of the job's processes is left in /dev/shm.
 # usage: fault.sh --backend B --signal KILL|STOP --program PATH [--strategy S] [--np N]
-#                 [--during MS] [--check-names] (--distcomm-run PATH | --mpiexec PATH [--np-flag F])
+#                 [--during MS] [--op OP] [--mib M] [--after N] [--check-names]
+#                 (--distcomm-run PATH | --mpiexec PATH [--np-flag F])
 set -u
 
 usage() {
   echo "usage: fault.sh --backend B --signal KILL|STOP --program PATH [--strategy S] [--np N]" \
-       "[--during MS] [--check-names] (--distcomm-run PATH | --mpiexec PATH [--np-flag F])" >&2
+       "[--during MS] [--op OP] [--mib M] [--after N] [--check-names]" \
+       "(--distcomm-run PATH | --mpiexec PATH [--np-flag F])" >&2
   exit 2
 }
 backend='' signal='' program='' distcomm_run='' mpiexec='' np_flag=-n strategy=ring np=3
-check_names='' during=''
+check_names='' during='' op=allreduce mib=2 after=20
 while [ $# -gt 0 ]; do
   case $1 in
     --check-names) check_names=1; shift; continue ;;
-    --backend | --signal | --program | --strategy | --np | --during | --distcomm-run | --mpiexec | \
-      --np-flag)
+    --backend | --signal | --program | --strategy | --np | --during | --op | --mib | --after | \
+      --distcomm-run | --mpiexec | --np-flag)
       [ $# -ge 2 ] || usage ;;
     *) usage ;;
   esac
@@ -39,6 +42,9 @@ while [ $# -gt 0 ]; do
     --strategy) strategy=$2 ;;
     --np) np=$2 ;;
     --during) during=$2 ;;
+    --op) op=$2 ;;
+    --mib) mib=$2 ;;
+    --after) after=$2 ;;
     --distcomm-run) distcomm_run=$2 ;;
     --mpiexec) mpiexec=$2 ;;
     --np-flag) np_flag=$2 ;;
@@ -78,8 +84,8 @@ le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 # out so that each reports what its backend saw (SIGKILL after the launcher's grace still ends
 # them).
 [ "$signal" = STOP ] && check_names=1
-set -- --backend "$backend" --strategy "$strategy" --victim $victim --signal "$signal" --after 20 \
-  --mib 2 --ignore-sigterm
+set -- --backend "$backend" --strategy "$strategy" --victim $victim --signal "$signal" \
+  --after "$after" --op "$op" --mib "$mib" --ignore-sigterm
 [ -n "$during" ] && set -- "$@" --during "$during"
 start=$(now)
 if [ -n "$mpiexec" ]; then
@@ -114,7 +120,7 @@ signal|detected that one or more processes exited with non-zero status)" "$log")
 fi
 reported=0
 for r in $survivors; do
-  line=$(grep -E "^rank $r: (timeout_error|peer_lost_error) after [0-9.]+ s in allreduce \
+  line=$(grep -E "^rank $r: (timeout_error|peer_lost_error) after [0-9.]+ s in $op \
 [0-9]+ \(at [0-9.]+\): " "$log" | head -n 1)
   if [ -z "$line" ]; then
     if [ -n "$launcher_abort" ]; then
@@ -134,11 +140,11 @@ for r in $survivors; do
     say_fail "rank $r's message does not name the lost rank $victim"
   fi
   # The communicator refuses further calls at once (mpirun may kill the rank in between).
-  next=$(sed -n "s/^rank $r: the next allreduce failed after \([0-9.]*\) s .*/\1/p" "$log")
+  next=$(sed -n "s/^rank $r: the next $op failed after \([0-9.]*\) s .*/\1/p" "$log")
   if [ -n "$next" ]; then
-    le "$next" 1 || say_fail "rank $r: the next allreduce took $next s to fail"
+    le "$next" 1 || say_fail "rank $r: the next $op took $next s to fail"
   elif [ -z "$launcher_abort" ]; then
-    say_fail "rank $r: the next allreduce did not fail at once"
+    say_fail "rank $r: the next $op did not fail at once"
   fi
 done
 [ "$signal" = STOP ] && [ $reported -eq 0 ] && say_fail "no survivor reported the stopped rank"

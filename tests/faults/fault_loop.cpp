@@ -1,9 +1,10 @@
-// distcomm-test-fault: every rank runs allreduce in a loop; after --after iterations the --victim
-// rank sends --signal (KILL or STOP) to itself (with --during MS, from a second thread MS ms into
-// that allreduce). The survivors must notice within DISTCOMM_TIMEOUT:
-// each prints one line, e.g.
+// distcomm-test-fault: every rank runs allreduce in a loop (or, with --op recv / recv_any, passes
+// its buffer around a ring of messages: isend to the next rank, a receive from the previous one,
+// named or from any rank); after --after iterations the --victim rank sends --signal (KILL or
+// STOP) to itself (with --during MS, from a second thread MS ms into that call). The survivors
+// must notice within DISTCOMM_TIMEOUT: each prints one line, e.g.
 //   rank 0: timeout_error after 10.0 s in allreduce 21 (at 1718000000.123): <what()>
-// then one saying how the next allreduce on the now unusable communicator failed, and exits with
+// then one saying how the next call on the now unusable communicator failed, and exits with
 // the code of that error kind (below). tests/faults/fault.sh checks the lines.
 //   distcomm-run -np 3 distcomm-test-fault --backend gloo --victim 1 --signal STOP
 //   mpirun -n 3 distcomm-test-fault --backend mpi --victim 1 --signal KILL
@@ -53,8 +54,9 @@ struct options {
   std::string strategy = "ring";
   int victim = 1;
   std::string signal = "KILL";
+  std::string op = "allreduce";  // or recv, recv_any: the ring of messages above
   int after = 20;
-  double during_ms = -1;  // >= 0: signal from a second thread this long into allreduce `after`
+  double during_ms = -1;  // >= 0: signal from a second thread this long into call `after`
   int iterations = 100000;
   double mib = 2.0;
   bool ignore_sigterm = false;
@@ -88,7 +90,7 @@ double seconds_since(dc::clock::time_point start) {
 }
 
 // --during: the victim's signal comes from this thread, `o.during_ms` after its main thread
-// entered allreduce `o.after`, so that the fault lands inside a collective (its data phase for a
+// entered call `o.after`, so that the fault lands inside a collective (its data phase for a
 // buffer of a few MiB) rather than between two.
 class signal_during {
  public:
@@ -104,8 +106,8 @@ class signal_during {
       const char* where = returned_ ? "after it returned" : "inside it";
       lock.unlock();
       std::fprintf(stderr,
-                   "rank %d: sending SIG%s to itself %.1f ms into allreduce %d, %s (at %.3f)\n",
-                   rank, o.signal.c_str(), o.during_ms, o.after, where, wall_now());
+                   "rank %d: sending SIG%s to itself %.1f ms into %s %d, %s (at %.3f)\n", rank,
+                   o.signal.c_str(), o.during_ms, o.op.c_str(), o.after, where, wall_now());
       std::fflush(stderr);
       std::raise(sig);
     });
@@ -153,39 +155,55 @@ int loop(Comm& comm, const options& o) {
   const std::vector<float> in(count, 1.0f);
   std::vector<float> out(count);
   const int sig = o.signal == "STOP" ? SIGSTOP : SIGKILL;
+  const int n = comm.size();
+  const char* op = o.op.c_str();
+  const auto call = [&] {
+    if (o.op == "allreduce") {
+      comm.allreduce(dc::view(in), dc::view(out));
+      return;
+    }
+    auto sent = comm.isend(dc::view(in), (rank + 1) % n, 7);
+    int source = -1;
+    if (o.op == "recv_any") {
+      comm.recv_any(dc::view(out), &source, 7);
+    } else {
+      comm.recv(dc::view(out), (rank + n - 1) % n, 7);
+    }
+    sent.wait();
+  };
   signal_during during(o, rank, sig);
   for (int i = 0; i < o.iterations; ++i) {
     const bool fault_now = i == o.after && rank == o.victim;
     if (fault_now && !during.active()) {
-      std::fprintf(stderr, "rank %d: sending SIG%s to itself after %d allreduces (at %.3f)\n", rank,
-                   o.signal.c_str(), i, wall_now());
+      std::fprintf(stderr, "rank %d: sending SIG%s to itself after %d calls of %s (at %.3f)\n",
+                   rank, o.signal.c_str(), i, op, wall_now());
       std::fflush(stderr);
       std::raise(sig);
     }
     if (fault_now) during.entering();
     auto start = dc::clock::now();
     try {
-      comm.allreduce(dc::view(in), dc::view(out));
+      call();
       if (fault_now) during.returned();
     } catch (const std::exception& e) {
       const error_kind kind = kind_of(e);
-      std::fprintf(stderr, "rank %d: %s after %.1f s in allreduce %d (at %.3f): %s\n", rank,
-                   kind.name, seconds_since(start), i, wall_now(), e.what());
+      std::fprintf(stderr, "rank %d: %s after %.1f s in %s %d (at %.3f): %s\n", rank, kind.name,
+                   seconds_since(start), op, i, wall_now(), e.what());
       std::fflush(stderr);
       // The communicator is unusable now: the next call must fail at once, without waiting out
       // another deadline.
       start = dc::clock::now();
       try {
-        comm.allreduce(dc::view(in), dc::view(out));
-        std::fprintf(stderr, "rank %d: the next allreduce succeeded\n", rank);
+        call();
+        std::fprintf(stderr, "rank %d: the next %s succeeded\n", rank, op);
       } catch (const std::exception& next) {
-        std::fprintf(stderr, "rank %d: the next allreduce failed after %.1f s (%s): %s\n", rank,
+        std::fprintf(stderr, "rank %d: the next %s failed after %.1f s (%s): %s\n", rank, op,
                      seconds_since(start), kind_of(next).name, next.what());
       }
       return kind.exit_code;
     }
   }
-  std::fprintf(stderr, "rank %d: all %d allreduces completed\n", rank, o.iterations);
+  std::fprintf(stderr, "rank %d: all %d calls of %s completed\n", rank, o.iterations, op);
   return o.victim >= 0 && o.victim < comm.size() ? exit_completed : 0;
 }
 
@@ -257,7 +275,11 @@ int main(int argc, char** argv) {
                  "Send the signal from a second thread this many ms into allreduce number --after "
                  "instead of before it (inside the collective)")
       ->check(CLI::Range(0.0, 60000.0));
-  app.add_option("--iterations", o.iterations, "Allreduces in all")->check(CLI::PositiveNumber);
+  app.add_option("--op", o.op,
+                 "What each iteration calls: allreduce, or a ring of messages with a named "
+                 "receive (recv) or one from any rank (recv_any)")
+      ->check(CLI::IsMember({"allreduce", "recv", "recv_any"}));
+  app.add_option("--iterations", o.iterations, "Calls in all")->check(CLI::PositiveNumber);
   app.add_option("--mib", o.mib, "Buffer size in MiB (f32)")->check(CLI::Range(0.001, 1024.0));
   app.add_flag("--ignore-sigterm", o.ignore_sigterm,
                "Survivors ignore SIGTERM, so a launcher that stops the job at the first failure "

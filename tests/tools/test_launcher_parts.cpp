@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "distcomm/rendezvous/tcp_store.hpp"  // random_token
 #include "distcomm/rendezvous/world.hpp"
 #include "environment.hpp"
 #include "output.hpp"
@@ -117,8 +118,8 @@ TEST_CASE("environment: a token is generated only when the caller brings none") 
   CHECK_FALSE(needs_token(environment(none), true));
   CHECK_FALSE(needs_token(environment(token), false));
   CHECK_FALSE(needs_token(environment(file), false));
-  const std::string a = random_token();
-  const std::string b = random_token();
+  const std::string a = distcomm::random_token();
+  const std::string b = distcomm::random_token();
   CHECK(a.size() == 64);
   CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
   CHECK(a != b);

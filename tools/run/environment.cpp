@@ -5,14 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <openssl/rand.h>
-
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
+
+#include "distcomm/rendezvous/tcp_store.hpp"  // random_token
 
 namespace distcomm::launcher {
 namespace {
@@ -175,21 +175,6 @@ std::vector<std::string> mpirun_command(const mpirun_settings& settings, const e
 bool needs_token(const environment& caller, bool no_auth) {
   return !no_auth && caller.get("DISTCOMM_AUTH_TOKEN") == nullptr &&
          caller.get("DISTCOMM_AUTH_TOKEN_FILE") == nullptr;
-}
-
-std::string random_token(std::size_t count) {
-  std::vector<unsigned char> raw(count);
-  if (RAND_bytes(raw.data(), static_cast<int>(raw.size())) != 1) {
-    throw std::runtime_error("cannot generate random text for the job: OpenSSL RAND_bytes failed");
-  }
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * raw.size());
-  for (unsigned char b : raw) {
-    hex.push_back(digits[b >> 4]);
-    hex.push_back(digits[b & 0xf]);
-  }
-  return hex;
 }
 
 bool hosts_store(const environment& caller) {

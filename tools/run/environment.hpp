@@ -86,10 +86,6 @@ std::vector<std::string> mpirun_command(const mpirun_settings& settings, const e
 // bring its own DISTCOMM_AUTH_TOKEN or DISTCOMM_AUTH_TOKEN_FILE.
 bool needs_token(const environment& caller, bool no_auth);
 
-// `count` random bytes from the OpenSSL CSPRNG as lowercase hex digits (32: a token; fewer: an
-// id). Throws std::runtime_error when the generator fails.
-std::string random_token(std::size_t count = 32);
-
 // True when distcomm-run hosts the job's store: the caller named none (DISTCOMM_STORE_ADDR, or an
 // etcd cluster in DISTCOMM_STORE).
 bool hosts_store(const environment& caller);

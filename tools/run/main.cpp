@@ -266,7 +266,8 @@ int main(int argc, char** argv) {
     settings.backend = o.backend;
     settings.no_auth = o.no_auth;
     const int port = o.master_port != 0 ? o.master_port : find_free_port();
-    const std::string token = needs_token(caller, o.no_auth) ? random_token() : std::string();
+    const std::string token =
+        needs_token(caller, o.no_auth) ? distcomm::random_token() : std::string();
     if (caller.get("DISTCOMM_JOB_ID") == nullptr) settings.job_id = new_job_id();
     environment job = job_environment(caller, settings, port, token);
     std::unique_ptr<distcomm::tcp_store_server> store;

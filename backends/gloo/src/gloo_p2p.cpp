@@ -72,6 +72,12 @@ constexpr auto notice_send_limit = std::chrono::milliseconds(100);
 // Probes and their answers: one slot each, one message per ordered pair of ranks.
 constexpr std::uint64_t probe_slot = std::uint64_t{0xD3} << 56;
 constexpr std::uint64_t answer_slot = std::uint64_t{0xD4} << 56;
+// The closing handshake (say_goodbye): one slot, one word per ordered pair of ranks.
+constexpr std::uint64_t bye_slot = std::uint64_t{0xD5} << 56;
+// How long teardown waits for a peer to say it is done too. A peer in its last collective gets
+// there in milliseconds; one that keeps its communicator longer (it destroys its own later)
+// costs this rank that much at most, so it is short of the deadline.
+constexpr auto close_linger = std::chrono::seconds(5);
 
 // How long a wait sleeps before looking at the abort flag, the notices and the probes again.
 constexpr auto abort_poll = std::chrono::milliseconds(50);
@@ -206,20 +212,26 @@ void gloo_state::post_notices() {
   answers_out.resize(static_cast<std::size_t>(size));
   probed = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size));
   answered = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size));
+  byes_in.resize(static_cast<std::size_t>(size));
+  byes_out.resize(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     gloo_notice& n = notices_in[static_cast<std::size_t>(p)];
     gloo_probe& q = probes_in[static_cast<std::size_t>(p)];
+    gloo_probe& bye = byes_in[static_cast<std::size_t>(p)];
     try {
       n.buffer = std::make_unique<tracked_buffer>(transport, n.text.data(), n.text.size());
       n.buffer->recv(p, notice_slot, 0, n.text.size());
       q.buffer = std::make_unique<tracked_buffer>(transport, &q.word, sizeof q.word);
       q.buffer->recv(p, probe_slot, 0, sizeof q.word);
+      bye.buffer = std::make_unique<tracked_buffer>(transport, &bye.word, sizeof bye.word);
+      bye.buffer->recv(p, bye_slot, 0, sizeof bye.word);
     } catch (const gloo::IoException&) {
-      // The peer has closed its side already (a backend built and dropped unused): no notice
-      // or probe can come from it, and any operation with it fails on its own.
+      // The peer has closed its side already (a backend built and dropped unused): no notice,
+      // probe or goodbye can come from it, and any operation with it fails on its own.
       n.buffer.reset();
       q.buffer.reset();
+      bye.buffer.reset();
     }
   }
 }
@@ -241,8 +253,10 @@ int gloo_state::aborted_peer(int peer) {
 }
 
 std::string gloo_state::notice_of(int p) const {
+  // At most the array: a peer's notice need not end in a NUL.
+  const auto& text = notices_in[static_cast<std::size_t>(p)].text;
   return "rank " + std::to_string(p) +
-         " aborted: " + std::string(notices_in[static_cast<std::size_t>(p)].text.data());
+         " aborted: " + std::string(text.data(), ::strnlen(text.data(), text.size()));
 }
 
 void gloo_state::throw_if_peer_aborted(const gloo_op& op, int peer) {
@@ -742,8 +756,14 @@ void gloo_state::wait(gloo_op& op, deadline until) {
           std::lock_guard<std::mutex> lock(mutex);
           from = op.peer;
         }
-        // A receive from any rank no message matched has nobody to ask.
-        const std::string why = from >= 0 ? trace(op) : "no rank sent a message on its tag";
+        // A receive from any rank no message matched has nobody to ask (in a world of two, the
+        // other is the one that did not send).
+        std::string why = "no rank sent a message on its tag";
+        if (from >= 0) {
+          why = trace(op);
+        } else if (size == 2) {
+          why = "rank " + std::to_string(1 - rank) + ", the only other, sent no message on its tag";
+        }
         if (poll(op)) return;  // it completed while the peers answered
         throw timeout_error("gloo: " + describe(op.send, op.peer, op.tag, op.bytes) + " on rank " +
                             std::to_string(rank) + " did not complete before its deadline; " + why);
@@ -775,7 +795,48 @@ void gloo_state::wait(gloo_op& op, deadline until) {
   }
 }
 
+void gloo_state::say_goodbye() noexcept {
+  if (size <= 1 || !transport || byes_in.size() != static_cast<std::size_t>(size)) return;
+  const sigpipe_guard no_sigpipe;
+  for (int p = 0; p < size; ++p) {
+    if (p == rank || pair_closed[static_cast<std::size_t>(p)].load()) continue;
+    gloo_probe& bye = byes_out[static_cast<std::size_t>(p)];
+    try {
+      bye.buffer = std::make_unique<tracked_buffer>(transport, &bye.word, sizeof bye.word);
+      bye.buffer->send(p, bye_slot, 0, sizeof bye.word);  // its receive is posted: no wait
+    } catch (...) {
+      bye.buffer.reset();  // that connection is gone: nobody to tell
+    }
+  }
+  // A peer is done when its goodbye or its abort notice arrived, or its connection ended (it
+  // exited without saying so: the receive fails).
+  const auto done = [this](int p) {
+    if (p == rank || pair_closed[static_cast<std::size_t>(p)].load()) return true;
+    const gloo_probe& bye = byes_in[static_cast<std::size_t>(p)];
+    const gloo_notice& n = notices_in[static_cast<std::size_t>(p)];
+    return !bye.buffer || bye.buffer->arrived(false) || bye.buffer->failed() ||
+           (n.buffer && n.buffer->arrived(false));
+  };
+  const deadline until = std::min(deadline_after(timeout), deadline_after(close_linger));
+  for (int p = 0; p < size; ++p) {
+    while (!done(p) && clock::now() < until && !aborted.load() && !connections_closed.load()) {
+      try {
+        byes_in[static_cast<std::size_t>(p)].buffer->wait_until(
+            false, std::min(until, clock::now() + abort_poll));
+      } catch (...) {
+        break;  // its connection failed: it is gone
+      }
+    }
+  }
+}
+
 gloo_state::~gloo_state() {
+  // Nobody closes while a peer may still read (say_goodbye), unless something failed: then
+  // nobody waits for peers that may never come.
+  if (!aborted.load() && !failed.load() && !connections_closed.load() &&
+      std::uncaught_exceptions() == 0) {
+    say_goodbye();
+  }
   // Lets gloo write the small sends still in flight (each is complete for its caller at once),
   // unless their connections are closed or the deadline passed. Detached sends (the notice of a
   // communicator that leaves) are taken at once by a peer that still waits for this one, and by

@@ -199,6 +199,10 @@ struct gloo_state {
   std::unique_ptr<std::atomic<bool>[]> probed;       // by peer: probes_out[p] is taken
   std::unique_ptr<std::atomic<bool>[]> answered;     // by peer: answers_out[p] is taken
   std::unique_ptr<std::atomic<bool>[]> pair_closed;  // by peer: close_peer() closed it
+  // The closing handshake: one word per ordered pair of ranks, sent as this rank's teardown
+  // starts (say_goodbye()); its receive is posted at the start.
+  std::vector<gloo_probe> byes_in;   // by peer; posted receives
+  std::vector<gloo_probe> byes_out;  // by peer; sent
   std::atomic<bool> connections_closed{false};       // abort() closed every connection
   std::shared_ptr<exposed_context> context;
   std::shared_ptr<tcp::Context> transport;
@@ -207,6 +211,13 @@ struct gloo_state {
   // that the rank hosting the job's store does not keep serving a failed job at exit.
   std::shared_ptr<store> kv;
   void mark_job_failed() noexcept;
+
+  // Teardown's first step: tells every peer this rank is done, then waits (up to close_linger,
+  // within `timeout`) until each peer said so too or its connection ended. Closing a socket
+  // that holds unread bytes (gloo's notifications of a peer still in its last collective)
+  // resets the connection, and the reset discards what the peer had not read yet of this rank's
+  // last messages: so nobody closes while a peer may still read.
+  void say_goodbye() noexcept;
 
   // ---- notices and failures ----
   // Posts the notice receives; sizes the per-peer tables. Once, after connecting.

@@ -255,7 +255,7 @@ struct ucx_state {
   // One poll of the worker for test(); yields the core when nothing happened, so a caller
   // looping on test() lets an oversubscribed peer run.
   void progress_once() {
-    if (ucp_worker_progress(worker) == 0) std::this_thread::yield();
+    if (worker == nullptr || ucp_worker_progress(worker) == 0) std::this_thread::yield();
   }
 
   // Sleeps until the worker's event fd fires, at most max_sleep and never past `until`. Arming
@@ -292,6 +292,7 @@ struct ucx_state {
   bool progress_until(Done&& done, deadline until) {
     for (;;) {
       if (done()) return true;
+      if (worker == nullptr) return false;  // retired (below): nothing can progress any more
       if (ucp_worker_progress(worker) != 0) continue;
       if (done()) return true;
       if (clock::now() > until) return false;
@@ -332,6 +333,37 @@ struct ucx_state {
       p.ep = nullptr;
     }
     for (ucs_status_ptr_t r : pending) drive(r, until);
+  }
+
+  // The last resort of a cancel that closing endpoints did not end: UCX still owns the caller's
+  // buffer (a rendezvous receive it matched, which this UCX does not purge from a force-closed
+  // endpoint), and returning would let it write there after the caller freed it. The worker
+  // goes, and every request with it, so nothing of this backend touches the buffer again; every
+  // later call raises peer_lost_error with `reason`. Better than aborting the process: the
+  // survivor can still report, and shrink onto a new communicator.
+  void retire_worker(const std::string& reason) noexcept {
+    if (worker == nullptr) return;
+    if (!aborted) {
+      try {
+        abort_reason = reason;
+      } catch (...) {
+      }
+      aborted = true;
+    }
+    for (ucx_peer& p : peers) {
+      if (!p.failed) {
+        p.failed = true;
+        try {
+          p.failure = reason;
+        } catch (...) {
+        }
+      }
+      p.notice_req = nullptr;  // released with the worker
+    }
+    if (kv) kv->mark_job_failed();
+    close_endpoints(clock::now());
+    ucp_worker_destroy(worker);
+    worker = nullptr;
   }
 
   bool any_failed() const {
@@ -618,27 +650,41 @@ std::string ucx_request::describe() const { return "ucx: " + transfer(); }
 void ucx_request::cancel() noexcept {
   if (handle_ == nullptr) return;
   detail::ucx_state& s = *state_;
+  if (s.worker == nullptr) {  // retired: the request went with it
+    handle_ = nullptr;
+    return;
+  }
   const auto released = [this] { return ucp_request_check_status(handle_) != UCS_INPROGRESS; };
   ucp_request_cancel(s.worker, handle_);
   if (!s.progress_until(released, clock::now() + detail::cancel_grace)) {
     // A transfer UCP could not cancel (a rendezvous in flight): force-closing the endpoint
-    // completes every request on it. The peer is then unusable, and says why. (A receive from
-    // any rank names no endpoint: its rendezvous is given the time to end.)
-    if (peer_ >= 0) {
-      detail::ucx_peer& p = s.peers[static_cast<std::size_t>(peer_)];
+    // completes the requests on it. The peer is then unusable, and says why. A receive from any
+    // rank names no endpoint, and its sender may be any peer: every endpoint is closed.
+    const auto close = [&s](detail::ucx_peer& p) noexcept {
       if (!p.failed) {
         p.failed = true;
-        p.failure = "its endpoint was closed to cancel a pending transfer";
+        try {
+          p.failure = "its endpoint was closed to cancel a pending transfer";
+        } catch (...) {
+        }
       }
-      s.close_endpoint(p, deadline_after(detail::close_limit));
+      s.close_endpoint(p, deadline_after(detail::cancel_grace));
+    };
+    if (peer_ >= 0) {
+      close(s.peers[static_cast<std::size_t>(peer_)]);
+    } else {
+      for (detail::ucx_peer& p : s.peers) close(p);
     }
-    if (!s.progress_until(released, deadline_after(detail::close_limit))) {
-      // Returning would let UCX write into a buffer the caller is about to free.
-      std::fprintf(stderr,
-                   "%s: still in flight %g s after its endpoint was force-closed; cannot "
-                   "release the buffer safely, aborting\n",
-                   describe().c_str(), detail::close_limit.count());
-      std::abort();
+    if (!s.progress_until(released, clock::now() + detail::cancel_grace)) {
+      std::string why;
+      try {
+        why = describe() + " could not be cancelled (its sender stopped mid-transfer?); this "
+              "rank's UCX worker was closed to release the buffer";
+      } catch (...) {
+      }
+      s.retire_worker(why);
+      handle_ = nullptr;
+      return;
     }
   }
   ucp_request_free(handle_);
@@ -647,6 +693,10 @@ void ucx_request::cancel() noexcept {
 
 bool ucx_request::poll() {
   detail::ucx_state& s = *state_;
+  if (s.worker == nullptr) {  // retired (cancel()): the request went with it
+    handle_ = nullptr;
+    throw peer_lost_error(describe() + " failed: " + s.abort_reason);
+  }
   ucs_status_t st;
   std::size_t received = bytes_;
   if (kind_ == kind::recv) {
@@ -729,10 +779,14 @@ void ucx_request::wait(deadline until) {
     state_->timed_out = true;
     const std::string what = describe();
     cancel();
-    throw timeout_error(what + " timed out: " +
-                        (peer_ < 0 ? std::string("no rank sent it")
-                                   : "rank " + std::to_string(peer_) + " did not complete it") +
-                        " before the deadline (DISTCOMM_TIMEOUT)");
+    // A receive from any rank knows its sender only once complete: in a world of two, the other.
+    std::string who = "no rank sent it";
+    if (peer_ >= 0) {
+      who = "rank " + std::to_string(peer_) + " did not complete it";
+    } else if (state_->size == 2) {
+      who = "rank " + std::to_string(1 - state_->rank) + ", the only other, did not send it";
+    }
+    throw timeout_error(what + " timed out: " + who + " before the deadline (DISTCOMM_TIMEOUT)");
   }
 }
 
@@ -844,6 +898,7 @@ ucx_request ucx_backend::irecv_any(void* data, std::size_t bytes, int* source, t
 
 ucx_request ucx_backend::post_recv(void* data, std::size_t bytes, std::size_t* got, int* source,
                                    int peer, tag_t tag) {
+  if (state_->aborted) throw peer_lost_error(state_->abort_reason);
   static unsigned char empty = 0;
   // Always a request (no in-place completion): its length is then read back reliably through
   // ucp_tag_recv_request_test, the one place every size check happens.

@@ -6,6 +6,7 @@
 // after it.
 #pragma once
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "distcomm/async/work.hpp"
 #include "distcomm/backend.hpp"
 #include "distcomm/check/agree.hpp"
+#include "distcomm/communicator/state.hpp"
 #include "distcomm/communicator/traits.hpp"
 #include "distcomm/core/coarse_clock.hpp"
 #include "distcomm/core/error.hpp"
@@ -36,7 +38,7 @@ struct call {
   check::call_fingerprint fp;
   Body body;
   check::carried_call carried{};
-  bool agreed = false;  // communicator::next_call_agreed(): no agreement of its own
+  agreed_call promise{};  // communicator::next_call_agreed()
 };
 template <class Body>
 call<Body> make_call(const char* what, const check::call_fingerprint& fp, Body body,
@@ -58,9 +60,9 @@ struct pipeline {
       auto body = [&](State& st, deadline until) {
         for (auto& r : c.body(st, until)) r.wait(until);
       };
-      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, body, {}, nullptr, c.agreed); });
+      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, body, {}, nullptr, c.promise); });
     } else {
-      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, {}, &c.carried, c.agreed); });
+      s.progress.run(c.what, [&] { guarded(s, c.what, c.fp, c.body, {}, &c.carried, c.promise); });
     }
   }
 
@@ -79,7 +81,7 @@ struct pipeline {
               until = u;
               *posted = c.body(st, u);
             };
-            guarded(s, c.what, c.fp, post, posted_at, nullptr, c.agreed);
+            guarded(s, c.what, c.fp, post, posted_at, nullptr, c.promise);
             if (posted->empty()) return {};
             return [&s, what = c.what, posted, until]() -> bool {
               try {
@@ -97,7 +99,7 @@ struct pipeline {
           });
     } else {
       return s.progress.post([&s, c = std::move(c), posted = posted_now(s)]() mutable {
-        guarded(s, c.what, c.fp, c.body, posted, &c.carried, c.agreed);
+        guarded(s, c.what, c.fp, c.body, posted, &c.carried, c.promise);
       });
     }
   }
@@ -144,14 +146,14 @@ struct pipeline {
   template <class Body>
   static void guarded(State& s, const char* what, const check::call_fingerprint& fp, Body& body,
                       trace::flight_recorder::time_point posted, check::carried_call* carried,
-                      bool agreed) {
+                      const agreed_call& promise) {
     refuse_after_failure(s, what);
     const deadline started = coarse_now();  // the deadline's and the recorder's
-    const deadline until = deadline_after(started, s.cfg.timeout);
+    const deadline until = std::min(deadline_after(started, s.cfg.timeout), promise.until);
     const span_on_exit traced{s, what, fp};
     // Through one function that is not a template (the recorder's), so that each collective's
     // code is compiled once.
-    auto run = [&] { checked(s, what, fp, body, until, carried, agreed); };
+    auto run = [&] { checked(s, what, fp, body, until, carried, promise.agreed); };
     const bool collective = fp.kind != static_cast<std::uint32_t>(check::call_kind::point_to_point);
     trace::flight_recorder::record(
         collective ? s.recorder.get() : nullptr, s.check.calls(), what, fp, posted, started,

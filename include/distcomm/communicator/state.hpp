@@ -24,6 +24,13 @@
 
 namespace distcomm::detail {
 
+// communicator::next_call_agreed()'s promise for one call: no agreement of its own, and done by
+// `until` when that is sooner than its own deadline.
+struct agreed_call {
+  bool agreed = false;
+  deadline until = deadline::max();
+};
+
 template <class Backend, class Strategy, class Fusion>
 struct communicator_state {
   using backend_type = Backend;
@@ -113,7 +120,7 @@ struct communicator_state {
   int track = 0;
   std::uint64_t splits = 0;             // sub-communicators made so far: their names
   std::uint64_t shrinks = 0;            // shrink() calls so far: their keys in the store
-  bool next_agreed = false;             // next_call_agreed(), on the caller's thread
+  detail::agreed_call next_call{};      // next_call_agreed(), on the caller's thread
   distcomm::detail::progress progress;  // last: stopped (queue run) before the rest goes
 };
 

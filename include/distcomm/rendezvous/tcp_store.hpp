@@ -146,5 +146,8 @@ std::optional<store_address> store_addr_from_env(const env_lookup& getenv);
 // read. Warns (log) when the file is readable by group or others, or the token is short.
 std::string auth_token_from_env(const env_lookup& getenv);
 std::string auth_token_from_env();
+// `bytes` random bytes from OpenSSL as hex text (twice as many characters): a fresh token, or a
+// job's name. error when OpenSSL has no entropy source.
+std::string random_token(std::size_t bytes = 32);
 
 }  // namespace distcomm

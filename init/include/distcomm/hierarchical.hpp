@@ -54,7 +54,9 @@ class hierarchical final : public levels {
 
   // data = the reduction of every rank's data, in place. A count that the node's ranks do not
   // divide evenly has its last count % ranks-per-node elements reduced by the node's and the
-  // network's allreduce directly.
+  // network's allreduce directly. Each level's call agrees across its ranks and has its own
+  // deadline, as any call; under the whole job's communicator (the levels' allreduce below) they
+  // are covered by its agreement and end by its deadline.
   void allreduce(tensor_view data, reduce_op op = reduce_op::sum);
 
   // Rank in the job: node-major (the node's index, then the local rank), which is the job's rank
@@ -79,6 +81,9 @@ class hierarchical final : public levels {
   any_communicator inter_;
   std::string name_;
   std::vector<unsigned char> slice_;  // this rank's slice between the steps
+
+  // Both allreduces: `within`, the outer call's deadline (its calls then agreed), or none.
+  void run(tensor_view data, reduce_op op, std::optional<deadline> within);
   // Where the flat settings and the level across hosts started, taken at the first retune().
   std::optional<std::pair<config, tuning>> started_;
 };

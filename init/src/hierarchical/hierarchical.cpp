@@ -117,10 +117,14 @@ hierarchical::hierarchical(any_communicator intra, any_communicator inter)
       inter_(std::move(inter)),
       name_(std::string(intra_.backend_name()) + "+" + inter_.backend_name()) {}
 
-void hierarchical::allreduce(void* data, std::size_t count, dtype t, reduce_op op, deadline) {
-  // Each level's communicator keeps its own deadline (the settings' timeout).
-  allreduce(tensor_view{data, count, t}, op);
+void hierarchical::allreduce(void* data, std::size_t count, dtype t, reduce_op op,
+                             deadline until) {
+  // The flat communicator's call: agreed on every rank of the job, so each level's calls are the
+  // same on every rank of that level, and they end by the call's deadline.
+  run(tensor_view{data, count, t}, op, until);
 }
+
+void hierarchical::allreduce(tensor_view data, reduce_op op) { run(data, op, std::nullopt); }
 
 void hierarchical::retune(const config& was, const config& now) {
   if (!started_) started_.emplace(was, inter_.current_tuning());
@@ -155,7 +159,12 @@ std::size_t hierarchical::agree(std::size_t threshold) {
   return threshold;
 }
 
-void hierarchical::allreduce(tensor_view data, reduce_op op) {
+void hierarchical::run(tensor_view data, reduce_op op, std::optional<deadline> within) {
+  // Under an outer call: each level call without an agreement of its own, by its deadline.
+  const auto level = [within](any_communicator& c) -> any_communicator& {
+    if (within) c.next_call_agreed(*within);
+    return c;
+  };
   const std::size_t es = dtype_size(data.type);
   const std::size_t local = static_cast<std::size_t>(intra_.size());
   const std::size_t block = data.count / local;
@@ -165,14 +174,14 @@ void hierarchical::allreduce(tensor_view data, reduce_op op) {
     slice_.resize(block * es);
     const tensor_view head{data.data, even, data.type};
     const tensor_view mine{slice_.data(), block, data.type};
-    intra_.reduce_scatter(head, mine, op);
-    inter_.allreduce(mine, op);
-    intra_.allgather(mine, head);
+    level(intra_).reduce_scatter(head, mine, op);
+    level(inter_).allreduce(mine, op);
+    level(intra_).allgather(mine, head);
   }
   if (even < data.count) {
     const tensor_view tail{bytes_of + even * es, data.count - even, data.type};
-    intra_.allreduce(tail, op);
-    inter_.allreduce(tail, op);
+    level(intra_).allreduce(tail, op);
+    level(inter_).allreduce(tail, op);
   }
 }
 
