@@ -148,6 +148,20 @@ socket_fd listen_on(const std::string& host, int port, int& bound_port) {
   throw rendezvous_error("tcp_store: cannot listen on " + shown + ": " + errno_text(last_error));
 }
 
+void keep_alive(int fd, std::chrono::duration<double> within) noexcept {
+  const double s = std::max(within.count(), 3.0);
+  const int on = 1;
+  const int idle = static_cast<int>(std::min(s / 2, 1e6));
+  const int interval = std::max(1, static_cast<int>(std::min(s / 6, 1e6)));
+  const int count = 3;
+  const auto user_timeout = static_cast<unsigned>(std::min(s * 1000, 4e9));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
 socket_fd try_connect(const std::string& host, int port, io_clock::time_point deadline,
                       std::string& why) {
   addrinfo hints{};

@@ -43,6 +43,12 @@ std::string errno_text(int e);
 std::string host_port(const std::string& host, int port);
 std::string peer_name(const sockaddr* addr, socklen_t len);
 bool set_nonblocking(int fd) noexcept;
+// The kernel ends a connection whose peer went silent (a host lost without FIN or RST: power, a
+// cable, a partition) within about `within`: keepalive probes after within/2 of silence, 3 more
+// within/6 apart, and data unacknowledged for `within` (TCP_USER_TIMEOUT); at least 1 s each. A
+// stopped process's kernel still answers. Without it a lost host's connections, with the keys
+// they hold and their slots, stay open for good.
+void keep_alive(int fd, std::chrono::duration<double> within) noexcept;
 
 // A listening, non-blocking socket on host:port (see tcp_store_server for what host may be);
 // bound_port receives the port. rendezvous_error naming address and port on failure.

@@ -93,12 +93,17 @@ struct tcp_store::impl {
   struct channel {
     std::mutex mutex;
     socket_fd fd;  // empty while disconnected
+    // Answers to requests sent whole but not read before their deadline (holding only): read
+    // before its next request.
+    std::size_t owed = 0;
   };
   channel main;  // every request but hold
   // hold alone: the server removes held keys when the connection closes, and this one never
-  // closes on a request that timed out (main starts afresh then), only with this client, or when
-  // the store itself is lost.
+  // closes on a request that timed out (main starts afresh then; a hold's answer is read later),
+  // only with this client, or when the store itself is lost. A new holding connection holds
+  // every key of `held` again first.
   channel holding;
+  std::vector<std::pair<std::string, bytes>> held;  // under holding.mutex
 
   ~impl() { OPENSSL_cleanse(token.data(), token.size()); }
 
@@ -109,6 +114,10 @@ struct tcp_store::impl {
   // Sends r on `ch` and returns the payload of an `ok` answer; throws for everything else.
   bytes call(channel& ch, const proto::request& r, std::chrono::duration<double> timeout,
              const char* who);
+  // Under ch.mutex, on a connected ch: one request and its answer (call()'s). `owe`: when the
+  // request went whole and its answer did not come in time, the stream stays open and ch owes it.
+  bytes exchange(channel& ch, const proto::request& r, io_clock::time_point deadline,
+                 std::chrono::duration<double> timeout, const char* who, bool owe);
   bytes call(const proto::request& r, std::chrono::duration<double> timeout, const char* who) {
     return call(main, r, timeout, who);
   }
@@ -141,6 +150,7 @@ socket_fd tcp_store::impl::connect(io_clock::time_point deadline,
     std::string attempt;
     socket_fd s = detail::try_connect(host, port, deadline, attempt);
     if (s) {
+      detail::keep_alive(s.get(), timeout);  // a store on a host that is lost is noticed too
       try {
         ++attempts;
         handshake(s.get(), deadline, timeout, attempts * greeting_patience);
@@ -294,9 +304,60 @@ bytes tcp_store::impl::call(channel& ch, const proto::request& r,
   const bool waits = r.cmd == proto::command::get || r.cmd == proto::command::wait;
   auto deadline = detail::deadline_after(timeout);
   std::lock_guard<std::mutex> lock(ch.mutex);
+  const bool holds = &ch == &holding;
+  if (!ch.fd) {
+    ch.fd = connect(deadline, timeout);
+    ch.owed = 0;
+    // The server dropped this client's held keys with the connection that is gone: hold them
+    // again, so that a live rank does not look departed.
+    if (holds) {
+      for (const auto& [key, value] : held) {
+        if (key == r.key) continue;  // held below
+        proto::request again;
+        again.cmd = proto::command::hold;
+        again.key = key;
+        again.value = value;
+        exchange(ch, again, deadline, timeout, who, false);
+      }
+    }
+  }
+  // A hold whose answer was late: read it now (the stream is in step again), within this call's
+  // deadline.
+  while (ch.owed > 0) {
+    std::uint8_t header[proto::response_header_bytes];
+    int err = 0;
+    const io_result res = detail::recv_all(ch.fd.get(), header, sizeof header, deadline, err);
+    proto::response_status status{};
+    std::uint32_t size = 0;
+    bytes payload;
+    bool ok = res == io_result::ok && proto::decode_response_header(header, status, size);
+    if (ok) {
+      payload.resize(size);
+      ok = detail::recv_all(ch.fd.get(), payload.data(), payload.size(), deadline, err) ==
+           io_result::ok;
+    }
+    if (!ok && res == io_result::timeout) {
+      throw timeout_error(std::string(who) + ": no answer from the store at " + where +
+                          " within " + detail::format_seconds(timeout) +
+                          " to an earlier hold (DISTCOMM_TIMEOUT)");
+    }
+    if (!ok) {
+      ch.fd.reset();
+      throw peer_lost_error(std::string(who) + ": lost the connection to the store at " + where +
+                            " while reading the answer to an earlier hold");
+    }
+    --ch.owed;
+  }
+  return exchange(ch, r, waits ? deadline + answer_grace : deadline, timeout, who, holds);
+}
+
+bytes tcp_store::impl::exchange(channel& ch, const proto::request& r,
+                                io_clock::time_point deadline,
+                                std::chrono::duration<double> timeout, const char* who,
+                                bool owe) {
+  const bool waits = r.cmd == proto::command::get || r.cmd == proto::command::wait;
   socket_fd& fd = ch.fd;
-  if (!fd) fd = connect(deadline, timeout);
-  if (waits) deadline += answer_grace;
+  bool sent = false;
 
   const auto keys_text = [&] {
     return r.keys.empty() ? detail::quote_key(r.key) : detail::quote_keys(r.keys);
@@ -304,7 +365,11 @@ bytes tcp_store::impl::call(channel& ch, const proto::request& r,
   int err = 0;
   const auto check_io = [&](io_result res) {
     if (res == io_result::ok) return;
-    fd.reset();  // a half-done exchange leaves the stream out of step: start afresh next call
+    if (owe && sent && res == io_result::timeout) {
+      ++ch.owed;  // the request went whole: its answer is read before the next one
+    } else {
+      fd.reset();  // a half-done exchange leaves the stream out of step: start afresh next call
+    }
     if (res == io_result::timeout) {
       throw timeout_error(std::string(who) + ": no answer from the store at " + where + " within " +
                           detail::format_seconds(timeout) + " for " + keys_text() +
@@ -317,6 +382,7 @@ bytes tcp_store::impl::call(channel& ch, const proto::request& r,
 
   const bytes frame = proto::encode_request(r);
   check_io(detail::send_all(fd.get(), frame.data(), frame.size(), deadline, err));
+  sent = true;
   std::uint8_t header[proto::response_header_bytes];
   check_io(detail::recv_all(fd.get(), header, sizeof header, deadline, err));
   proto::response_status status{};
@@ -427,6 +493,17 @@ void tcp_store::set(const std::string& key, const bytes& value) {
 
 bool tcp_store::hold(const std::string& key, const bytes& value) {
   impl_->write(impl_->holding, proto::command::hold, key, value, timeout(), "tcp_store hold");
+  // Held again on a new holding connection, should this one be lost.
+  const std::lock_guard<std::mutex> lock(impl_->holding.mutex);
+  auto& held = impl_->held;
+  const auto it = std::find_if(held.begin(), held.end(), [&](const auto& h) {
+    return h.first == key;
+  });
+  if (it == held.end()) {
+    held.emplace_back(key, value);
+  } else {
+    it->second = value;
+  }
   return true;
 }
 

@@ -34,6 +34,7 @@
 
 #include <openssl/crypto.h>
 
+#include "distcomm/config.hpp"
 #include "distcomm/core/error.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/rendezvous/tcp_store.hpp"
@@ -140,6 +141,9 @@ struct tcp_store_server::impl {
   job_identity job;
   std::size_t max_connections = 0;
   std::size_t handshake_quota = min_handshake_quota;
+  // A client's host silent this long is lost: its connection closes, and with it its held keys
+  // (keep_alive). DISTCOMM_TIMEOUT of the process that serves.
+  std::chrono::duration<double> peer_silence{config::from_env().timeout};
 
   socket_fd listener;
   socket_fd wake_read;
@@ -433,6 +437,7 @@ void tcp_store_server::impl::accept_all() {
       continue;
     }
     const std::uint64_t id = next_conn++;
+    detail::keep_alive(fd.get(), peer_silence);
     connection& c = conns[id];
     c.fd = std::move(fd);
     c.id = id;

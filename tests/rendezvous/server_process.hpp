@@ -89,6 +89,7 @@ class server_process {
     }
     return false;
   }
+  pid_t pid() const noexcept { return pid_; }
   // SIGTERM, then its wait status (-1 when it was not running).
   int stop() {
     if (pid_ == 0) return -1;

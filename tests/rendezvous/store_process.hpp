@@ -39,6 +39,7 @@ class store_process {
   }
 
   int port() const noexcept { return port_; }
+  pid_t pid() const noexcept { return server_.pid(); }
   std::string log_text() const { return server_.log_text(); }
   bool saw(const std::string& part) const { return server_.saw(part); }
   int stop() { return server_.stop(); }

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -769,6 +770,43 @@ TEST_CASE("tcp_store: protocol versions 1, 2 and 3 tell each other apart") {
     ::close(lfd);
     CHECK_HAS(msg, "speaks protocol version 1, this client 3");
   }
+}
+
+// ---- held keys ---------------------------------------------------------------------------------
+
+namespace {
+
+// SIGSTOP to `pid`, and back once the process is stopped (state T in /proc), 10 s at most.
+void stop_process(pid_t pid) {
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(')');
+    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL("process " << pid << " did not stop within 10 s");
+}
+
+}  // namespace
+
+TEST_CASE("tcp_store: a hold that times out keeps what the client held before it") {
+  // Client a holds groupA/live/0; the store stops; a's hold of groupB/live/0 gets no answer in
+  // time. Once the store goes on, a still holds groupA/live/0 (a live rank must not look
+  // departed to shrink()), the late hold took effect, and a's next hold works.
+  testing::store_process server(DISTCOMM_STORE_TOOL, "");
+  tcp_store a("127.0.0.1", server.port(), seconds(30.0));
+  tcp_store other("127.0.0.1", server.port(), seconds(30.0));
+  REQUIRE(a.hold("groupA/live/0", b("1")));
+  REQUIRE(other.check({"groupA/live/0"}));
+  stop_process(server.pid());
+  a.set_timeout(seconds(0.5));
+  CHECK_THROWS_AS(a.hold("groupB/live/0", b("1")), timeout_error);
+  REQUIRE(::kill(server.pid(), SIGCONT) == 0);
+  a.set_timeout(seconds(30.0));
+  CHECK(a.hold("groupC/live/0", b("1")));
+  CHECK(other.check({"groupA/live/0", "groupB/live/0", "groupC/live/0"}));
 }
 
 // ---- the hosting rank's exit ------------------------------------------------------------------
