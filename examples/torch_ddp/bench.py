@@ -6,7 +6,11 @@ the scaling efficiency (samples/s at N over N x samples/s at 1, same per-process
 
     PYTHONPATH=build/python /usr/bin/python3 examples/torch_ddp/bench.py \
         [--procs 1 2 4] [--models cnn mlp] [--transports shm gloo ucx] [--rounds 3] [--steps 20]
-        [--fsdp2]
+        [--fsdp2] [--floor]
+
+--floor adds the same DDP runs with a communication hook that exchanges nothing (train.py
+--no-communication): what running N processes side by side costs a step by itself (shared cores,
+caches and memory bandwidth), the part of "added to the step" no backend can remove.
 """
 
 import argparse
@@ -18,16 +22,20 @@ import sys
 
 import torchrun
 
+FLOOR = "no communication"  # the transport slot of the --floor runs
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 
 
 def throughput(np, model, backend, transport, steps, batch, fsdp2=False):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    if transport:
+    flags = ["--fsdp2"] if fsdp2 else []
+    if transport == FLOOR:
+        flags.append("--no-communication")
+    elif transport:
         env["DISTCOMM_BACKEND"] = transport
     cmd = torchrun.command(np, TRAIN, ["--backend", backend, "--model", model, "--steps",
                                        str(steps), "--batch", str(batch), "--threads", "1"] +
-                           (["--fsdp2"] if fsdp2 else []))
+                           flags)
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=900)
     m = re.search(r"throughput ([0-9.]+) samples/s", p.stdout)
@@ -47,8 +55,14 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--fsdp2", action="store_true", help="FSDP2 in place of DDP (train.py)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also DDP exchanging nothing (see above; not with --fsdp2)")
     a = ap.parse_args()
+    if a.floor and a.fsdp2:
+        ap.error("--floor measures DDP: FSDP2 has no communication hook to leave out")
     configs = [("gloo", None)] + [("distcomm", t) for t in a.transports]
+    if a.floor:
+        configs.append(("gloo", FLOOR))
     results = {}
     for rnd in range(a.rounds):
         for model in a.models:
@@ -76,7 +90,8 @@ def main():
                 eff = v / (np / min(a.procs) * base)
                 step = np * a.batch / v
                 added = f"{1000 * (step - alone):.1f}" if alone is not None and np > 1 else "-"
-                name = backend + (f" over {transport}" if transport else " (torch)")
+                name = (FLOOR if transport == FLOOR else
+                        backend + (f" over {transport}" if transport else " (torch)"))
                 print(f"| {model} | {np} | {name} | {v:.1f} | {100 * eff:.0f}% | "
                       f"{1000 * step:.1f} | {added} |")
 

@@ -51,6 +51,10 @@ def parse():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--fp16-hook", action="store_true", help="DDP's fp16 compression hook")
+    ap.add_argument("--no-communication", action="store_true",
+                    help="a DDP communication hook that leaves every bucket as it is: the "
+                         "processes run side by side without exchanging gradients (the floor "
+                         "under what any backend adds to a step; bench.py --floor)")
     ap.add_argument("--fsdp2", action="store_true",
                     help="FSDP2 (fully_shard per top-level layer and at the root) in place of "
                          "DDP (torch 2.6 or later)")
@@ -159,8 +163,9 @@ def main():
     torch.manual_seed(a.seed)  # same initial parameters everywhere (DDP broadcasts rank 0's too)
     model = make_model(a.model).to(dev)
     if a.fsdp2:
-        if a.shard_size or a.fp16_hook or a.uneven:
-            sys.exit("train.py: --fsdp2 takes none of --shard-size, --fp16-hook, --uneven")
+        if a.shard_size or a.fp16_hook or a.uneven or a.no_communication:
+            sys.exit("train.py: --fsdp2 takes none of --shard-size, --fp16-hook, --uneven, "
+                     "--no-communication")
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
         mesh = init_device_mesh(dev.type, (world,))
@@ -176,6 +181,12 @@ def main():
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif a.shard_size:
         ddp.register_comm_hook(None, shard_fold_hook(k, total_shards, stored))
+    elif a.no_communication:
+        def local_only(state, bucket):
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+        ddp.register_comm_hook(None, local_only)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
 
     def batch_of(step, s):  # shard s of the global batch of this step
