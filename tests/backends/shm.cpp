@@ -326,6 +326,56 @@ TEST_CASE("shm: a ring whose words were overwritten is a named error, not a wild
   (void)p;
 }
 
+// A peer's message sizes are used only within what this process can hold: rank 1 forges a message
+// header of 2^47 bytes into its ring to rank 0, on a tag rank 0 has no receive for (so it would
+// be set aside); rank 0's receive fails with peer_lost_error naming the size, and rank 1's send
+// with rank 0's reason (before: std::bad_alloc out of the backend).
+TEST_CASE("shm: a message too large to set aside is a named error, not bad_alloc") {
+  const int me = the_job->world.rank;
+  distcomm::shm_backend b(*the_job, the_options);
+  const auto until = distcomm::deadline_after(std::chrono::seconds(20));
+  if (me == 1) {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    unsigned long best_start = 0;
+    long best_n = -1;
+    const std::string part = "distcomm-shm." + own_name_part();
+    while (std::getline(maps, line)) {
+      const std::size_t at = line.find(part);
+      if (at == std::string::npos) continue;
+      const long n = std::strtol(line.c_str() + at + part.size(), nullptr, 10);
+      if (n > best_n) {
+        best_n = n;
+        best_start = std::strtoul(line.c_str(), nullptr, 16);
+      }
+    }
+    REQUIRE(best_n >= 0);
+    namespace shm = distcomm::detail::shm;
+    auto* base = reinterpret_cast<unsigned char*>(best_start);
+    const auto round = [](std::size_t n) { return (n + shm::line - 1) / shm::line * shm::line; };
+    const std::size_t cap = reinterpret_cast<shm::header*>(base)->ring_bytes;
+    auto* ring0 = reinterpret_cast<shm::ring_header*>(base + round(sizeof(shm::header)));
+    unsigned char* data = base + round(sizeof(shm::header)) + round(sizeof(shm::ring_header));
+    const std::uint64_t head = ring0->head.load(std::memory_order_acquire);
+    const std::uint64_t forged[2] = {99, std::uint64_t{1} << 47};  // tag, size
+    for (std::size_t i = 0; i < sizeof forged; ++i) {
+      data[(head + i) % cap] = reinterpret_cast<const unsigned char*>(forged)[i];
+    }
+    ring0->head.store(head + sizeof forged, std::memory_order_release);
+    shm::bump(reinterpret_cast<shm::header*>(base)[0]);
+  }
+  if (me == 0 || me == 1) {
+    std::vector<char> buf(4096);
+    try {
+      auto r = me == 0 ? b.irecv(buf.data(), buf.size(), 1, 7) : b.isend(buf.data(), 1, 0, 7);
+      r.wait(until);
+      if (me == 0) FAIL("the forged message went unnoticed");
+    } catch (const distcomm::peer_lost_error& e) {
+      CHECK(std::string(e.what()).find("140737488355328 bytes") != std::string::npos);
+    }
+  }
+}
+
 // The small alltoall goes through the staging areas in one arrival.
 TEST_CASE("shm: native alltoall, small blocks") {
   distcomm::shm_backend b(*the_job, the_options);

@@ -10,6 +10,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -199,7 +200,11 @@ struct shm_state {
       bool queued = false;
       {
         const std::lock_guard<std::mutex> lock(mu);
-        if (!aborted) progress();
+        try {
+          if (!aborted) progress();
+        } catch (...) {
+          break;  // a peer failed or wrote garbage: nothing more leaves (no throw from here)
+        }
         for (const outbound& o : out) queued = queued || !o.queue.empty();
       }
       if (!queued || aborted || clock::now() >= until) break;
@@ -382,11 +387,20 @@ struct shm_state {
       }
       return;
     }
+    // No receive for it yet: set aside, in memory sized by the peer's header (at most 2^48, pull()).
+    std::unique_ptr<unsigned char[]> data(new (std::nothrow)
+                                              unsigned char[std::max<std::size_t>(bytes, 1)]);
+    if (!data) {
+      corrupted("shm: rank " + std::to_string(s) + " sent a message of " + std::to_string(bytes) +
+                " bytes (tag " + std::to_string(tag) + ") before rank " + std::to_string(rank) +
+                " posted its receive, more than this process can set aside: the ranks called "
+                "different collectives or sizes, or its memory was overwritten");
+    }
     unexpected_msg& m = in_s.unexpected.emplace_back();
     m.tag = tag;
     m.arrival = arrivals++;
     m.bytes = bytes;
-    m.data.reset(new unsigned char[std::max<std::size_t>(bytes, 1)]);
+    m.data = std::move(data);
     in_s.aside = &m;
   }
 
