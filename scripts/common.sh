@@ -111,6 +111,17 @@ phase() {
   fi
 }
 
+# await_build PID LOG: waits for a build started in the background; on failure shows the end of
+# its LOG.
+await_build() {
+  local pid="$1" log_file="$2"
+  if ! wait "$pid"; then
+    tail -n 60 "$log_file" >&2
+    return 1
+  fi
+  tail -n 1 "$log_file"
+}
+
 print_phase_summary() {
   local line
   echo

@@ -34,6 +34,27 @@ unit_in_main=ON
 phase "configure build/" configure_tree build -DDISTCOMM_WERROR=ON \
   -DDISTCOMM_BUILD_UNIT_TESTS=$unit_in_main
 phase "build build/" build_tree build
+
+asan_build=''
+if ((sanitize)); then
+  # -O0 -g1: half the build time of -O1 on this code (tests/backends/local.cpp: 49 s against
+  # 100 s, 2-core VM, 2026-11-27), with function names and lines in reports. The reduction
+  # kernels stay -O3 (CMakeLists.txt), so the tests' large buffers do not crawl.
+  phase "configure build-asan/" configure_tree build-asan -DDISTCOMM_SANITIZE=ON \
+    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" -DDISTCOMM_BUILD_BENCH=OFF \
+    -DDISTCOMM_BUILD_EXAMPLES=OFF -DDISTCOMM_WITH_NCCL=OFF
+  # Only what the unit tests need, less the registry's (every backend and init(), checked by the
+  # main pass): configured here but not built, hence -LE registry. It builds in the background,
+  # at low priority, while the other trees' tests run: they spend much of their time waiting (on
+  # peers, deadlines, processes starting), which the build fills, and they pass with the other
+  # core busy. Its output: build-asan/build.log, shown if it fails.
+  log "=== build build-asan/ (unit tests): in the background, into build-asan/build.log"
+  nice -n 10 cmake --build build-asan --parallel "$DISTCOMM_JOBS" --target distcomm_unit_tests \
+    >build-asan/build.log 2>&1 &
+  asan_build=$!
+  trap '[[ -z "$asan_build" ]] || kill "$asan_build" 2>/dev/null || true' EXIT
+fi
+
 phase "ctest build/ (all tests)" ctest --test-dir build --output-on-failure -j "$DISTCOMM_JOBS"
 
 # The torch binding against the newest torch pinned in scripts/pypi.txt (build/ has Debian's
@@ -48,15 +69,8 @@ phase "ctest $torch_dir/ -L torch" ctest --test-dir "$torch_dir" -L torch --outp
 if ((sanitize)); then
   export ASAN_OPTIONS="${ASAN_OPTIONS:-strict_string_checks=1:detect_stack_use_after_return=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
-  # -O0 -g1: half the build time of -O1 on this code (tests/backends/local.cpp: 49 s against
-  # 100 s, 2-core VM, 2026-11-27), with function names and lines in reports. The reduction
-  # kernels stay -O3 (CMakeLists.txt), so the tests' large buffers do not crawl.
-  phase "configure build-asan/" configure_tree build-asan -DDISTCOMM_SANITIZE=ON \
-    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" -DDISTCOMM_BUILD_BENCH=OFF \
-    -DDISTCOMM_BUILD_EXAMPLES=OFF -DDISTCOMM_WITH_NCCL=OFF
-  # Only what the unit tests need, less the registry's (every backend and init(), checked by the
-  # main pass): configured here but not built, hence -LE registry.
-  phase "build build-asan/ (unit tests)" build_tree build-asan --target distcomm_unit_tests
+  phase "build build-asan/ (what is left of it)" await_build "$asan_build" build-asan/build.log
+  asan_build=''
   phase "ctest build-asan/ -L unit" ctest --test-dir build-asan -L unit -LE registry --output-on-failure \
     -j "$DISTCOMM_JOBS"
 else
