@@ -278,6 +278,27 @@ TEST_CASE("shm: segment names cannot be guessed") {
   CHECK(random != again.substr(again.rfind('.') + 1));
 }
 
+// Where this process's newest segment (the backend's made last) is mapped: its line in
+// /proc/self/maps with the highest <n>.
+static unsigned char* newest_segment() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  unsigned long best_start = 0;
+  long best_n = -1;
+  const std::string part = "distcomm-shm." + own_name_part();
+  while (std::getline(maps, line)) {
+    const std::size_t at = line.find(part);
+    if (at == std::string::npos) continue;
+    const long n = std::strtol(line.c_str() + at + part.size(), nullptr, 10);
+    if (n > best_n) {
+      best_n = n;
+      best_start = std::strtoul(line.c_str(), nullptr, 16);
+    }
+  }
+  REQUIRE(best_n >= 0);
+  return reinterpret_cast<unsigned char*>(best_start);
+}
+
 // A peer's words in shared memory are bounds-checked before use: rank 1 overwrites the write
 // position of its ring to rank 0 with garbage; rank 0's receive from it, and rank 1's own send,
 // fail with peer_lost_error saying the memory was overwritten (before: a read past the ring).
@@ -287,24 +308,8 @@ TEST_CASE("shm: a ring whose words were overwritten is a named error, not a wild
   distcomm::shm_backend b(*the_job, the_options);
   const auto until = distcomm::deadline_after(std::chrono::seconds(20));
   if (me == 1) {
-    // This process's newest segment is b's: its mapping in /proc/self/maps, the highest <n>.
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    unsigned long best_start = 0;
-    long best_n = -1;
-    const std::string part = "distcomm-shm." + own_name_part();
-    while (std::getline(maps, line)) {
-      const std::size_t at = line.find(part);
-      if (at == std::string::npos) continue;
-      const long n = std::strtol(line.c_str() + at + part.size(), nullptr, 10);
-      if (n > best_n) {
-        best_n = n;
-        best_start = std::strtoul(line.c_str(), nullptr, 16);
-      }
-    }
-    REQUIRE(best_n >= 0);
     namespace shm = distcomm::detail::shm;
-    auto* base = reinterpret_cast<unsigned char*>(best_start);
+    unsigned char* base = newest_segment();
     const auto round = [](std::size_t n) { return (n + shm::line - 1) / shm::line * shm::line; };
     auto* ring0 = reinterpret_cast<shm::ring_header*>(base + round(sizeof(shm::header)));
     ring0->head.store(0x7fffffffffffULL, std::memory_order_release);
@@ -335,23 +340,8 @@ TEST_CASE("shm: a message too large to set aside is a named error, not bad_alloc
   distcomm::shm_backend b(*the_job, the_options);
   const auto until = distcomm::deadline_after(std::chrono::seconds(20));
   if (me == 1) {
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    unsigned long best_start = 0;
-    long best_n = -1;
-    const std::string part = "distcomm-shm." + own_name_part();
-    while (std::getline(maps, line)) {
-      const std::size_t at = line.find(part);
-      if (at == std::string::npos) continue;
-      const long n = std::strtol(line.c_str() + at + part.size(), nullptr, 10);
-      if (n > best_n) {
-        best_n = n;
-        best_start = std::strtoul(line.c_str(), nullptr, 16);
-      }
-    }
-    REQUIRE(best_n >= 0);
     namespace shm = distcomm::detail::shm;
-    auto* base = reinterpret_cast<unsigned char*>(best_start);
+    unsigned char* base = newest_segment();
     const auto round = [](std::size_t n) { return (n + shm::line - 1) / shm::line * shm::line; };
     const std::size_t cap = reinterpret_cast<shm::header*>(base)->ring_bytes;
     auto* ring0 = reinterpret_cast<shm::ring_header*>(base + round(sizeof(shm::header)));
