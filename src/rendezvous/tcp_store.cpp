@@ -118,6 +118,10 @@ struct tcp_store::impl {
   // request went whole and its answer did not come in time, the stream stays open and ch owes it.
   bytes exchange(channel& ch, const proto::request& r, io_clock::time_point deadline,
                  std::chrono::duration<double> timeout, const char* who, bool owe);
+  // Under ch.mutex: reads the answers ch owes (a hold whose answer was late), so the stream is
+  // in step again, by `deadline`; timeout_error leaves them owed.
+  void read_owed(channel& ch, io_clock::time_point deadline,
+                 std::chrono::duration<double> timeout, const char* who);
   bytes call(const proto::request& r, std::chrono::duration<double> timeout, const char* who) {
     return call(main, r, timeout, who);
   }
@@ -321,34 +325,41 @@ bytes tcp_store::impl::call(channel& ch, const proto::request& r,
       }
     }
   }
-  // A hold whose answer was late: read it now (the stream is in step again), within this call's
-  // deadline.
+  read_owed(ch, deadline, timeout, who);
+  return exchange(ch, r, waits ? deadline + answer_grace : deadline, timeout, who, holds);
+}
+
+void tcp_store::impl::read_owed(channel& ch, io_clock::time_point deadline,
+                                std::chrono::duration<double> timeout, const char* who) {
   while (ch.owed > 0) {
     std::uint8_t header[proto::response_header_bytes];
     int err = 0;
-    const io_result res = detail::recv_all(ch.fd.get(), header, sizeof header, deadline, err);
+    io_result res = detail::recv_all(ch.fd.get(), header, sizeof header, deadline, err);
     proto::response_status status{};
     std::uint32_t size = 0;
-    bytes payload;
-    bool ok = res == io_result::ok && proto::decode_response_header(header, status, size);
-    if (ok) {
-      payload.resize(size);
-      ok = detail::recv_all(ch.fd.get(), payload.data(), payload.size(), deadline, err) ==
-           io_result::ok;
+    if (res == io_result::ok && !proto::decode_response_header(header, status, size)) {
+      res = io_result::closed;  // out of step: start afresh
     }
-    if (!ok && res == io_result::timeout) {
+    if (res == io_result::ok) {
+      bytes payload(size);
+      // Half an answer read leaves the stream out of step, whatever stopped it.
+      if (detail::recv_all(ch.fd.get(), payload.data(), payload.size(), deadline, err) !=
+          io_result::ok) {
+        res = io_result::closed;
+      }
+    }
+    if (res == io_result::timeout) {
       throw timeout_error(std::string(who) + ": no answer from the store at " + where +
                           " within " + detail::format_seconds(timeout) +
                           " to an earlier hold (DISTCOMM_TIMEOUT)");
     }
-    if (!ok) {
+    if (res != io_result::ok) {
       ch.fd.reset();
       throw peer_lost_error(std::string(who) + ": lost the connection to the store at " + where +
                             " while reading the answer to an earlier hold");
     }
     --ch.owed;
   }
-  return exchange(ch, r, waits ? deadline + answer_grace : deadline, timeout, who, holds);
 }
 
 bytes tcp_store::impl::exchange(channel& ch, const proto::request& r,

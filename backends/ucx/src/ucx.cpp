@@ -121,6 +121,17 @@ struct ucx_peer {
   std::string failure;
   void* notice_req = nullptr;  // the posted receive for this peer's abort notice
   std::array<char, notice_bytes> notice{};
+
+  // The first failure is the one kept (a text that could not be allocated stays empty; the peer
+  // still counts as failed).
+  void fail(const char* why) noexcept {
+    if (failed) return;
+    failed = true;
+    try {
+      failure = why;
+    } catch (...) {
+    }
+  }
 };
 
 struct ucx_state {
@@ -149,13 +160,7 @@ struct ucx_state {
   // UCX callbacks: no exception may cross back into UCX, hence the catch-alls (a failure text
   // that could not be allocated stays empty; the peer still counts as failed).
   static void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t st) noexcept {
-    auto* p = static_cast<ucx_peer*>(arg);
-    if (p->failed) return;
-    p->failed = true;
-    try {
-      p->failure = status_text(st);
-    } catch (...) {
-    }
+    static_cast<ucx_peer*>(arg)->fail(ucs_status_string(st));
   }
 
   // Runs in progress when a peer's abort notice arrives (or its receive is cancelled).
@@ -351,13 +356,7 @@ struct ucx_state {
       aborted = true;
     }
     for (ucx_peer& p : peers) {
-      if (!p.failed) {
-        p.failed = true;
-        try {
-          p.failure = reason;
-        } catch (...) {
-        }
-      }
+      p.fail(reason.c_str());
       p.notice_req = nullptr;  // released with the worker
     }
     if (kv) kv->mark_job_failed();
@@ -661,13 +660,7 @@ void ucx_request::cancel() noexcept {
     // completes the requests on it. The peer is then unusable, and says why. A receive from any
     // rank names no endpoint, and its sender may be any peer: every endpoint is closed.
     const auto close = [&s](detail::ucx_peer& p) noexcept {
-      if (!p.failed) {
-        p.failed = true;
-        try {
-          p.failure = "its endpoint was closed to cancel a pending transfer";
-        } catch (...) {
-        }
-      }
+      p.fail("its endpoint was closed to cancel a pending transfer");
       s.close_endpoint(p, deadline_after(detail::cancel_grace));
     };
     if (peer_ >= 0) {
