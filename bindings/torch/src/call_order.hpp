@@ -15,8 +15,15 @@
 //
 // A callback may wait on what it starts, but not on a call made after the one it follows (that
 // waits behind the callback itself): collective_work::wait() refuses it, naming the cause.
+//
+// At the interpreter's exit the package waits for every order's calls to end (settle_all(),
+// registered with atexit), before Python finalizes: a call lets its tensors go on the group's
+// thread, which takes the GIL for that, and Python ends a thread that takes the GIL while it
+// finalizes with a forced unwind, of which the process dies ("terminate called without an active
+// exception"; tests/test_exit.py).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -28,7 +35,24 @@ namespace distcomm::torch_binding {
 
 class call_order {
  public:
-  call_order();
+  // What keeps the order busy, for settle_all(), until it is dropped: a call's part that ends
+  // elsewhere (a message's completion, on DistComm's progress thread) holds one.
+  class busy {
+   public:
+    busy(busy&&) noexcept = default;
+    busy& operator=(busy&&) noexcept = default;
+    ~busy();
+    struct state;  // an order's (call_order.cpp)
+
+   private:
+    friend class call_order;
+    explicit busy(std::shared_ptr<state> s);
+    std::shared_ptr<state> s_;
+  };
+
+  // `calls_end_within`: the group's timeout, within which each call ends (settle_all()'s
+  // patience).
+  explicit call_order(std::chrono::milliseconds calls_end_within);
   call_order(const call_order&) = delete;
   call_order& operator=(const call_order&) = delete;
   // As close().
@@ -46,17 +70,18 @@ class call_order {
   // Runs what is queued, then stops the thread. On the group's own thread (the group dropped by
   // a callback), what is queued runs here, now, and the thread ends when its task returns.
   void close() noexcept;
+  // The order counts as busy until the value returned is dropped.
+  busy hold() const;
+  // Waits, in the process, until every order that has run a call is idle: nothing queued,
+  // running or held. Gives up on an order, saying so, where no call of it ended within its
+  // patience. Call without the GIL.
+  static void settle_all() noexcept;
 
  private:
-  struct state {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::deque<std::function<void()>> queue;
-    bool stopping = false;
-  };
+  using state = busy::state;
   static void loop(const std::shared_ptr<state>& s);
 
-  std::shared_ptr<state> state_ = std::make_shared<state>();
+  std::shared_ptr<state> state_;
   std::thread thread_;
   std::once_flag started_;
 };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "call_order.hpp"
 #include "process_group.hpp"
 #include "torch_flight_recorder.hpp"
 
@@ -73,5 +74,9 @@ PYBIND11_MODULE(_C, m) {
         py::arg("one_host") = true,
         "The DistComm backend a group of `size` ranks (all on one host, or not) gets when "
         "DISTCOMM_BACKEND names none");
+  m.def("_settle_at_exit", &distcomm::torch_binding::call_order::settle_all,
+        py::call_guard<py::gil_scoped_release>(),
+        "Waits until the calls of every group have ended (call_order.hpp): the package runs it at "
+        "the interpreter's exit, before Python finalizes");
   m.attr("__version__") = DISTCOMM_TORCH_VERSION;
 }

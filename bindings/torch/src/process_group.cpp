@@ -32,6 +32,18 @@ config settings_for(std::chrono::milliseconds timeout) {
   return cfg;
 }
 
+// What a group's calls end within, for call_order: its timeout.
+std::chrono::milliseconds calls_end_within(const config& cfg) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(cfg.timeout);
+}
+
+// A message's completion, on DistComm's progress thread: the group's order counts as busy until
+// `done` has been let go there (members go in reverse order).
+struct ending {
+  call_order::busy busy;
+  std::shared_ptr<completion> done;
+};
+
 // This rank's world within the group: its rank and size from PyTorch, and which of the group's
 // ranks share its host, learned through the group's store (the launcher's variables describe the
 // whole job, not a subgroup, and PyTorch's own test harness sets WORLD_SIZE without RANK).
@@ -108,7 +120,8 @@ process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int r
     : torch_backend(rank, size),
       cfg_(settings_for(timeout)),
       kv_(store_of(store, cfg_)),
-      comm_(connect(kv_, rank, size, cfg_, named)) {
+      comm_(connect(kv_, rank, size, cfg_, named)),
+      order_(calls_end_within(cfg_)) {
   init();  // torch's: its logging of the group
   keep_options();
 }
@@ -124,7 +137,8 @@ process_group::process_group(const process_group& parent, any_communicator comm)
     : torch_backend(comm.rank(), comm.size()),
       cfg_(parent.cfg_),
       kv_(parent.kv_),
-      comm_(std::move(comm)) {
+      comm_(std::move(comm)),
+      order_(calls_end_within(cfg_)) {
   init();
   keep_options();
 }
@@ -245,10 +259,11 @@ work_ptr process_group::posted(const host_staging& stage, c10d::OpType type,
                                std::function<void()> finish) {
   auto done = std::make_shared<completion>(type, std::move(outputs), stage.keep(std::move(inputs)),
                                            stage.after(std::move(finish)), status_);
-  return queued(done, [done, post = std::move(post)] {
+  return queued(done, [done, post = std::move(post), &order = order_] {
     done->begin();
     try {
-      post().then([done](std::exception_ptr error) { done->end(error); });
+      post().then([end = std::make_shared<ending>(ending{order.hold(), done})](
+                      std::exception_ptr error) { end->done->end(error); });
     } catch (...) {
       done->end(std::current_exception());
     }

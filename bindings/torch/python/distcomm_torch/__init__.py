@@ -12,11 +12,18 @@ fastest built for the group (``distcomm_torch.backend_for(world_size, one_host)`
 goes through the store PyTorch hands the group: no second port. See docs/TORCH.md.
 """
 
+import atexit as _atexit
 import inspect as _inspect
 
 import torch.distributed as _dist
 
 from ._C import ProcessGroupDistComm, backend_for, create_process_group, __version__
+from ._C import _settle_at_exit
+
+# At the interpreter's exit, before Python finalizes, the calls still running on any group end
+# first: a group's thread that lets a tensor go while Python finalizes is ended by Python, and
+# the process with it (src/call_order.hpp).
+_atexit.register(_settle_at_exit)
 
 BACKEND_NAME = "distcomm"
 
