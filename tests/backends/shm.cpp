@@ -170,6 +170,24 @@ TEST_CASE("shm: DISTCOMM_SHM_SINGLE_COPY is read, and a bad value named") {
   }
 }
 
+// A chunk must hold alltoallv's table of counts and a slot of one element for each other rank:
+// at 172 ranks and more a 4 KiB chunk is refused at connect, naming the setting and the floor
+// for the world (64 bytes a rank), before any store is needed.
+TEST_CASE("shm: a DISTCOMM_SHM_CHUNK too small for the world's alltoallv is named at connect") {
+  for (const int ranks : {172, 257}) {
+    CAPTURE(ranks);
+    distcomm::shm_options o = the_options;
+    o.chunk_bytes = 4096;
+    try {
+      distcomm::shm_backend b(nullptr, 0, ranks, o);
+      FAIL("a chunk too small for the world was accepted");
+    } catch (const distcomm::invalid_argument_error& e) {
+      CHECK(std::string(e.what()).find("DISTCOMM_SHM_CHUNK is 4096 bytes; it must be at least " +
+                                       std::to_string(64 * ranks)) != std::string::npos);
+    }
+  }
+}
+
 // The ring and chunk sizes are range-checked before anything is made: "max" (the largest size)
 // once wrapped round to a ring of 0 bytes and a division by zero.
 TEST_CASE("shm: DISTCOMM_SHM_RING and DISTCOMM_SHM_CHUNK out of range are named") {

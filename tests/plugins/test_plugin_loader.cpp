@@ -18,6 +18,7 @@
 #include "distcomm/log.hpp"
 #include "distcomm/plugin/loader.hpp"
 #include "distcomm/plugin/plugin_backend.hpp"
+#include "distcomm/plugin/store_abi.hpp"
 #include "distcomm/plugin/store_plugin.hpp"
 #include "distcomm/rendezvous/store_url.hpp"
 
@@ -321,4 +322,23 @@ TEST_CASE("store plugins: bootstrap's DISTCOMM_STORE opens them once enable_stor
   pl::enable_store_plugins();
   CHECK_HAS(error_of<dc::rendezvous_error>([&] { dc::open_store(r); }),
             "needs the store plugin libdistcomm_store_nosuch.so");
+}
+
+// A store plugin's get() says how large the value is when the buffer was too small, and the
+// host asks again with room for it. That size is the plugin's word: one above any store's
+// (store_max_value_bytes) is refused, naming the plugin as broken, never allocated.
+namespace {
+int huge_get(void*, const char*, int64_t, void*, size_t, size_t* size, distcomm_error_v1*) {
+  *size = std::size_t{1} << 62;
+  return DISTCOMM_V1_OK;
+}
+}  // namespace
+
+TEST_CASE("store plugins: a value size the plugin claims above any store's is refused") {
+  distcomm_store_v1 calls{};
+  calls.get = &huge_get;
+  pl::host_store s(calls, std::chrono::seconds(60));
+  CHECK_THROWS_WITH_AS(s.get("k"),
+                       doctest::Contains("the plugin says the value has 4611686018427387904 bytes"),
+                       dc::rendezvous_error);
 }

@@ -359,3 +359,36 @@ TEST_CASE("sized messages: a brief of digests and what the call carries, no more
   CHECK(wrong == 0);
   CHECK(check_messages > 0);
 }
+
+// After a mismatch each rank tells the others which messages it sent them early (tag and size,
+// check/gate.hpp's drain_early) and drops theirs. A size in that message is the peer's word: one
+// larger than memory fails the communicator with a peer_lost_error naming the peer and the size,
+// never std::bad_alloc or std::length_error out of the drain.
+TEST_CASE("the drain after a mismatch takes a peer's early sizes only where memory has them") {
+  constexpr std::size_t words = 1 + 2 * dc::check::max_early_sends;
+  for (const std::uint64_t forged : {std::uint64_t{1} << 47, ~std::uint64_t{0}}) {
+    CAPTURE(forged);
+    dc::local_world world(2);
+    std::string what;
+    world.run([&](dc::local_backend b) {
+      const auto until = dc::clock::now() + std::chrono::seconds(60);
+      if (b.rank() == 1) {  // a peer whose drain message says it sent `forged` bytes early
+        std::vector<std::uint64_t> told(words, 0), heard(words, 0);
+        told[0] = 1;
+        told[1] = 1000;  // a tag
+        told[2] = forged;
+        auto in = b.irecv(heard.data(), words * sizeof(std::uint64_t), 0, dc::check::tag_drain);
+        b.isend(told.data(), words * sizeof(std::uint64_t), 0, dc::check::tag_drain).wait(until);
+        in.wait(until);
+        return;
+      }
+      try {
+        dc::check::drain_early(b, {}, until);
+      } catch (const dc::peer_lost_error& e) {
+        what = e.what();
+      }
+    });
+    CHECK(what.find("rank 1 says it sent rank 0 " + std::to_string(forged) + " bytes early") !=
+          std::string::npos);
+  }
+}

@@ -841,6 +841,10 @@ shm_backend::shm_backend(std::shared_ptr<store> kv, int rank, int size, shm_opti
   // 512 KiB: a chunk and its reduction stay in cache, half this VM's 1 MiB L2 (docs/PERFORMANCE.md,
   // "Each backend's own defaults": ahead of 1 MiB by 5-15% at 1-128 MiB when memory was fast,
   // 1.5-2x when it was slow, 2026-11-28).
+  // The floor, 64 bytes a rank: a chunk holds alltoallv's table of counts (16 bytes a rank) and
+  // a slot of at least one 8-byte element for each other rank, alltoall's and allgather's a
+  // piece of one element a rank (24 bytes a rank at most); below it the pieces were 0 elements
+  // (a division by zero from 172 ranks at 4 KiB) or the table outgrew the chunk (from 257).
   opts.chunk_bytes =
       detail::setting_bytes(opts.chunk_bytes, "DISTCOMM_SHM_CHUNK", std::size_t{512} << 10,
                             std::max<std::size_t>(4096, 64 * std::size_t(size)));

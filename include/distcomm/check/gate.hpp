@@ -23,6 +23,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
+#include <new>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -74,14 +77,29 @@ void drain_early(B& b, const std::vector<early_send>& sent, deadline until) {
     reqs.push_back(b.isend(&told[at], words * sizeof(std::uint64_t), q, tag_drain));
   }
   for (auto& q : reqs) q.wait(until);
-  std::vector<unsigned char> dropped;
   for (int q = 0; q < p; ++q) {
     const std::uint64_t* w = &heard[words * static_cast<std::size_t>(q)];
     if (q == r || w[0] > max_early_sends) continue;  // (a corrupt count: nothing to trust)
     for (std::uint64_t k = 0; k < w[0]; ++k) {
-      const auto bytes = static_cast<std::size_t>(w[2 + 2 * k]);
-      dropped.resize(std::max<std::size_t>(bytes, 1));
-      b.irecv(dropped.data(), bytes, q, static_cast<tag_t>(w[1 + 2 * k])).wait(until);
+      // The size is the peer's word: taken into memory only where this process has it (and at
+      // most an address space's worth), else the communicator fails, naming it.
+      const std::uint64_t bytes = w[2 + 2 * k];
+      std::unique_ptr<unsigned char[]> dropped;
+      if (bytes <= (std::uint64_t{1} << 48)) {
+        dropped.reset(new (std::nothrow) unsigned char[std::max<std::size_t>(
+            static_cast<std::size_t>(bytes), 1)]);
+      }
+      if (!dropped) {
+        throw peer_lost_error(
+            "after a mismatch, rank " + std::to_string(q) + " says it sent rank " +
+            std::to_string(r) + " " + std::to_string(bytes) + " bytes early (tag " +
+            std::to_string(w[1 + 2 * k]) +
+            "), more than this process can take to drop: its message was corrupted; the "
+            "communicator cannot go on");
+      }
+      b.irecv(dropped.get(), static_cast<std::size_t>(bytes), q,
+              static_cast<tag_t>(w[1 + 2 * k]))
+          .wait(until);
     }
   }
 }

@@ -191,6 +191,7 @@ class host_store final : public store {
     return names;
   }
   // A value copied out by call(buffer, capacity, &size, &err): again, with room, when too small.
+  // The size is the plugin's word: no store holds a value above store_max_value_bytes.
   template <class Call>
   static bytes fetched(const char* what, Call&& call) {
     bytes value(64);
@@ -201,6 +202,12 @@ class host_store final : public store {
       if (size <= value.size()) {
         value.resize(size);
         return value;
+      }
+      if (size > store_max_value_bytes) {
+        throw rendezvous_error(std::string("store ") + what + ": the plugin says the value has " +
+                               std::to_string(size) + " bytes, more than a store holds (" +
+                               std::to_string(store_max_value_bytes) +
+                               "): the plugin is broken; fix or replace it");
       }
       value.resize(size);
     }
