@@ -1,8 +1,6 @@
 // distcomm::autotune::choice and its file: see include/distcomm/autotune/choice.hpp.
 #include "distcomm/autotune/choice.hpp"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include <sstream>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/core/files.hpp"
 
 namespace distcomm::autotune {
 
@@ -112,21 +111,9 @@ std::optional<std::string> read_file(const std::string& file) {
 }
 
 void save(const choice& c, const std::string& file) {
-  const std::string tmp = file + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << to_json(c);
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw error(file + ": cannot write the autotune choice (through " + tmp + ")");
-    }
-  }
-  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw error(file + ": cannot write the autotune choice: " + why);
-  }
+  // Atomically, never through a link or a file planted beside it (core/files.hpp).
+  const std::string why = write_file_atomically(file, to_json(c));
+  if (!why.empty()) throw error(file + ": cannot write the autotune choice: " + why);
 }
 
 }  // namespace distcomm::autotune

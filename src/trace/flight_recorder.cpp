@@ -2,6 +2,7 @@
 #include "distcomm/trace/recorder_names.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "distcomm/config.hpp"
 #include "distcomm/core/dtype.hpp"
 #include "distcomm/core/error.hpp"
+#include "distcomm/core/files.hpp"
 #include "distcomm/core/reduce_op.hpp"
 #include "distcomm/log.hpp"
 
@@ -49,6 +51,21 @@ extern "C" void on_sigusr1(int) {
   errno = saved;
 }
 
+// A forked child (a DataLoader's worker) inherits the handler and the pipe, but not the thread
+// that reads it: SIGUSR1 sent to the child made the parent dump, and the child lived on. The
+// child gets SIGUSR1's default back (it ends, as a process without DistComm would) and closes
+// its copy of the pipe. Only what a signal handler may call runs here.
+extern "C" void forget_signal_dump_in_child() {
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  for (int& fd : signal_pipe) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+}
+
 // DISTCOMM_DUMP_DIR as config reads it: an existing directory this process can write, or empty.
 std::string process_dump_dir() { return config::from_env(config::process_environment).dump_dir; }
 
@@ -70,6 +87,10 @@ void install_signal_dump() {
       return;
     }
     if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return;
+    // The handler never blocks: with the pipe full (signals faster than dumps) a byte is
+    // dropped, and the dump under way covers it.
+    ::fcntl(signal_pipe[1], F_SETFL, ::fcntl(signal_pipe[1], F_GETFL) | O_NONBLOCK);
+    ::pthread_atfork(nullptr, nullptr, forget_signal_dump_in_child);
     std::thread([] {
       for (;;) {
         char byte = 0;
@@ -315,31 +336,9 @@ std::int64_t dump_contents::wall_ns(flight_recorder::time_point t) const {
 std::string write_dump_file(const std::string& dir, const std::string& name,
                             const std::string& bytes) {
   const std::string path = dir + "/" + name;
-  std::string tmp = path + ".XXXXXX";
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) {
-    log(log_level::warn, "flight recorder: cannot create a file in " + dir +
-                             " (DISTCOMM_DUMP_DIR): " + std::strerror(errno));
-    return {};
-  }
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<std::size_t>(n);
-  }
-  const int write_errno = errno;
-  if (::close(fd) != 0 || written < bytes.size()) {
-    log(log_level::warn, "flight recorder: cannot write " + tmp +
-                             " (DISTCOMM_DUMP_DIR): " + std::strerror(write_errno));
-    ::unlink(tmp.c_str());
-    return {};
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    log(log_level::warn,
-        "flight recorder: cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-    ::unlink(tmp.c_str());
+  const std::string why = write_file_atomically(path, bytes);
+  if (!why.empty()) {
+    log(log_level::warn, "flight recorder: " + path + " (DISTCOMM_DUMP_DIR): " + why);
     return {};
   }
   return path;

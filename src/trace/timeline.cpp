@@ -1,13 +1,18 @@
 // trace::timeline: see include/distcomm/trace/timeline.hpp.
 #include "distcomm/trace/timeline.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "distcomm/core/error.hpp"
+#include "distcomm/core/files.hpp"
 
 namespace distcomm::trace {
 
@@ -64,10 +69,18 @@ std::shared_ptr<timeline> timeline::open(const std::string& pattern, int rank) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   if (auto existing = registry()[path].lock()) return existing;
   auto f = std::make_unique<file>();
-  f->f = std::fopen(path.c_str(), "w");
+  // Never through a link planted at the path (core/files.hpp): streamed as the job runs, the
+  // file is opened in place, refusing a link there.
+  const int fd = open_for_writing(path);
+  if (fd >= 0) f->f = ::fdopen(fd, "w");
   if (f->f == nullptr) {
-    throw invalid_argument_error("DISTCOMM_TIMELINE='" + pattern + "': cannot write '" + path +
-                                 "' (does its folder exist?)");
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    throw invalid_argument_error(
+        "DISTCOMM_TIMELINE='" + pattern + "': cannot write '" + path + "': " +
+        (e == ELOOP ? std::string("it is a symbolic link, and DistComm writes through none; "
+                                  "remove it or name another path")
+                    : std::string(std::strerror(e)) + " (does its folder exist?)"));
   }
   std::fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", f->f);
   auto t = std::make_shared<timeline>(path, rank, std::move(f));

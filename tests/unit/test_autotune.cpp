@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -306,4 +307,28 @@ TEST_CASE("autotune: a file of another job is not used; a broken one is named on
                          invalid_argument_error);
   });
   std::remove(file.c_str());
+}
+
+// The choice file is written through a temporary of its own, then renamed: a link planted at the
+// name a save once wrote through (<file>.tmp.<pid>), or at the file itself, redirects nothing.
+TEST_CASE("autotune choice: links planted beside the file or at it redirect nothing") {
+  choice c;
+  c.backend = "shm";
+  c.strategy = "ring";
+  c.ranks = 2;
+  c.settings.segment_bytes = 4096;
+  const std::string file = temp_file("linked.json");
+  const std::string victim = temp_file("victim");
+  std::FILE* f = std::fopen(victim.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs("precious\n", f);
+  std::fclose(f);
+  const std::string old_tmp = file + ".tmp." + std::to_string(::getpid());
+  REQUIRE(::symlink(victim.c_str(), old_tmp.c_str()) == 0);
+  REQUIRE(::symlink(victim.c_str(), file.c_str()) == 0);
+  save(c, file);
+  CHECK(read_file(victim) == std::optional<std::string>("precious\n"));
+  REQUIRE(read_file(file).has_value());
+  CHECK(from_json(*read_file(file), file).ranks == 2);
+  for (const auto& name : {file, victim, old_tmp}) std::remove(name.c_str());
 }

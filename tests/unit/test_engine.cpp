@@ -2,6 +2,7 @@
 // reports), the stall warning's text, and the timeline: a Chrome trace that parses and holds
 // every phase. The engine across backends is in the backend suite (tests/backends/engine.hpp).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "distcomm/engine/negotiation.hpp"
 #include "distcomm/log.hpp"
 #include "distcomm/strategy/ring.hpp"
+#include "distcomm/trace/timeline.hpp"
 
 using namespace distcomm;
 using namespace distcomm::engine_detail;
@@ -403,4 +405,22 @@ TEST_CASE("engine: shrink after a lost rank: the survivors go on over their own 
     CHECK_HAS(lost[static_cast<std::size_t>(r)], "rank 2 lost its device");
     CHECK(after[static_cast<std::size_t>(r)] == "7.000000 7.000000");  // ranks 1, 2 and 4 added
   }
+}
+
+// DISTCOMM_TIMELINE often points into /tmp: a link planted at its path is refused, naming it,
+// and the file it points to is left as it was.
+TEST_CASE("timeline: a symbolic link at DISTCOMM_TIMELINE's path is refused, never followed") {
+  const std::string victim = "/tmp/distcomm_test_timeline_victim_" + std::to_string(::getpid());
+  const std::string path = "/tmp/distcomm_test_timeline_link_" + std::to_string(::getpid());
+  { std::ofstream(victim) << "precious\n"; }
+  REQUIRE(::symlink(victim.c_str(), path.c_str()) == 0);
+  CHECK_THROWS_WITH_AS(trace::timeline::open(path, 0),
+                       doctest::Contains("it is a symbolic link, and DistComm writes through none"),
+                       invalid_argument_error);
+  std::ifstream in(victim);
+  std::string line;
+  std::getline(in, line);
+  CHECK(line == "precious");
+  std::remove(path.c_str());
+  std::remove(victim.c_str());
 }

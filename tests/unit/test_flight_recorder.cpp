@@ -3,7 +3,9 @@
 // so dumps from several threads leave one whole file.
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -28,6 +30,19 @@ std::string read_all(const std::string& path) {
   return ss.str();
 }
 
+// What a directory holds.
+std::vector<std::string> names_in(const std::string& path) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") out.push_back(n);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
 // A fresh directory, removed with what is in it.
 struct scratch_dir {
   std::string path;
@@ -36,17 +51,7 @@ struct scratch_dir {
     REQUIRE(::mkdtemp(name) != nullptr);
     path = name;
   }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    if (DIR* d = ::opendir(path.c_str())) {
-      while (const dirent* e = ::readdir(d)) {
-        const std::string n = e->d_name;
-        if (n != "." && n != "..") out.push_back(n);
-      }
-      ::closedir(d);
-    }
-    return out;
-  }
+  std::vector<std::string> names() const { return names_in(path); }
   ~scratch_dir() {
     for (const auto& n : names()) ::unlink((path + "/" + n).c_str());
     ::rmdir(path.c_str());
@@ -104,4 +109,55 @@ TEST_CASE("flight recorder: dumps from several threads at once leave one whole f
   REQUIRE(names.size() == 1);  // the dump, no temporary left behind
   const auto j = nlohmann::json::parse(read_all(dir.path + "/" + names[0]));
   CHECK(j["communicators"].size() >= 1);
+}
+
+// SIGUSR1 asks a process for its dump (where DISTCOMM_DUMP_DIR is set). A child it forks (a
+// DataLoader's worker) inherits the handler and the pipe but not the thread reading it: the
+// signal sent to the child made the parent dump, and the child lived on. The child now gets the
+// default back and ends of it. Run in a fresh process (this binary again, this case alone), where
+// the first recorder installs the handler: the case below is its body.
+namespace {
+constexpr const char* fork_case_variable = "DISTCOMM_TEST_SIGUSR1_FORK";
+
+// 0 when the forked child ended of SIGUSR1 and the parent still dumps on its own SIGUSR1.
+int sigusr1_in_forked_child(const std::string& dir) {
+  auto rec = a_recorder();  // installs the handler: DISTCOMM_DUMP_DIR is set
+  const pid_t child = ::fork();
+  if (child == 0) {
+    for (int i = 0; i < 600; ++i) ::usleep(100'000);
+    ::_exit(3);  // lived on through the signal
+  }
+  if (child < 0) return 10;
+  ::usleep(100'000);
+  ::kill(child, SIGUSR1);
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return 11;
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGUSR1) return 12;
+  if (!names_in(dir).empty()) return 13;  // the parent dumped for its child's signal
+  ::kill(::getpid(), SIGUSR1);               // the parent's own handler still works
+  for (int i = 0; i < 600 && names_in(dir).empty(); ++i) ::usleep(100'000);
+  return names_in(dir).empty() ? 14 : 0;
+}
+}  // namespace
+
+TEST_CASE("flight recorder: SIGUSR1 in a forked child ends the child, the parent dumps nothing") {
+  if (const char* dir = std::getenv(fork_case_variable)) {
+    ::_exit(sigusr1_in_forked_child(dir));  // the fresh process's whole run
+  }
+  scratch_dir dir;
+  const pid_t p = ::fork();
+  if (p == 0) {
+    ::setenv("DISTCOMM_DUMP_DIR", dir.path.c_str(), 1);
+    ::setenv(fork_case_variable, dir.path.c_str(), 1);
+    const std::string filter =
+        "--test-case=flight recorder: SIGUSR1 in a forked child ends the child*";
+    ::execl("/proc/self/exe", "test", filter.c_str(), static_cast<char*>(nullptr));
+    ::_exit(20);
+  }
+  REQUIRE(p > 0);
+  int status = 0;
+  REQUIRE(::waitpid(p, &status, 0) == p);
+  REQUIRE(WIFEXITED(status));
+  // 12: the child lived on; 13: the parent dumped for the child's signal; 14: no dump of its own
+  CHECK(WEXITSTATUS(status) == 0);
 }

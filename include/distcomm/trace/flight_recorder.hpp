@@ -144,9 +144,8 @@ struct dump_contents {
 using dump_writer = void (*)(const dump_contents& contents);
 void add_dump_writer(const std::string& name, dump_writer write);
 
-// Writes `bytes` to dir/name atomically: a temporary file of its own (made with O_EXCL under a
-// random name, so never a file or link someone planted), then renamed over dir/name (which
-// replaces a link there, never follows it). Returns the path, or "" (a warning logged).
+// Writes `bytes` to dir/name atomically (write_file_atomically, core/files.hpp). Returns the
+// path, or "" (a warning logged).
 std::string write_dump_file(const std::string& dir, const std::string& name,
                             const std::string& bytes);
 
