@@ -15,19 +15,20 @@ std::string write_file_atomically(const std::string& path, const std::string& by
   std::string tmp = path + ".XXXXXX";
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) return std::string("cannot create a file beside it: ") + std::strerror(errno);
-  std::size_t written = 0;
-  while (written < bytes.size()) {
+  int failed = 0;  // the first errno
+  for (std::size_t written = 0; written < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) {
+      failed = n < 0 ? errno : EIO;
+      break;
+    }
     written += static_cast<std::size_t>(n);
   }
-  const int write_errno = written < bytes.size() ? errno : 0;
-  const bool closed = ::close(fd) == 0;
-  if (!closed || written < bytes.size()) {
-    const int e = write_errno != 0 ? write_errno : errno;
+  if (::close(fd) != 0 && failed == 0) failed = errno;
+  if (failed != 0) {
     ::unlink(tmp.c_str());
-    return "cannot write " + tmp + ": " + std::strerror(e);
+    return "cannot write " + tmp + ": " + std::strerror(failed);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;

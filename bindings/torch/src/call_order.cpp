@@ -9,7 +9,7 @@
 
 namespace distcomm::torch_binding {
 
-struct call_order::busy::state {
+struct call_order::state {
   explicit state(std::chrono::milliseconds p) : patience(p) {}
 
   std::mutex mutex;
@@ -41,7 +41,7 @@ constexpr std::chrono::seconds settle_slack{10};
 // at the interpreter's exit, and orders may outlive the static objects.
 struct order_list {
   std::mutex mutex;
-  std::vector<std::weak_ptr<call_order::busy::state>> orders;
+  std::vector<std::weak_ptr<call_order::state>> orders;
 };
 
 order_list& the_orders() {
@@ -49,7 +49,7 @@ order_list& the_orders() {
   return *list;
 }
 
-void list_order(const std::shared_ptr<call_order::busy::state>& s) {
+void list_order(const std::shared_ptr<call_order::state>& s) {
   order_list& list = the_orders();
   const std::lock_guard<std::mutex> lock(list.mutex);
   auto keep = list.orders.begin();

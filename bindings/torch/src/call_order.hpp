@@ -35,6 +35,8 @@ namespace distcomm::torch_binding {
 
 class call_order {
  public:
+  struct state;  // the order's, shared with its thread and what holds it (call_order.cpp)
+
   // What keeps the order busy, for settle_all(), until it is dropped: a call's part that ends
   // elsewhere (a message's completion, on DistComm's progress thread) holds one.
   class busy {
@@ -42,7 +44,6 @@ class call_order {
     busy(busy&&) noexcept = default;
     busy& operator=(busy&&) noexcept = default;
     ~busy();
-    struct state;  // an order's (call_order.cpp)
 
    private:
     friend class call_order;
@@ -78,7 +79,6 @@ class call_order {
   static void settle_all() noexcept;
 
  private:
-  using state = busy::state;
   static void loop(const std::shared_ptr<state>& s);
 
   std::shared_ptr<state> state_;
